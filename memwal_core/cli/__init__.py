@@ -1,0 +1,1 @@
+"""The `memwal` command line: thin wrappers over memwal_core's services."""

@@ -1,0 +1,58 @@
+"""The one error hierarchy of memwal.
+
+Every failure the library raises is a `MemwalError`. Subclasses of
+`BadInputError` mean the caller pointed at the wrong thing (exit status 2 in
+the CLI); everything else means the operation failed (exit status 1).
+Messages are one line and name the object at fault; they never contain
+credentials.
+"""
+
+from __future__ import annotations
+
+
+class MemwalError(Exception):
+    """Base of every error memwal raises on purpose."""
+
+    exit_code = 1
+
+
+class BadInputError(MemwalError):
+    """The input is wrong: retrying the same call cannot succeed."""
+
+    exit_code = 2
+
+
+class NotFoundError(BadInputError):
+    """A table, region, generation or object does not exist."""
+
+
+class NotLanceTableError(BadInputError):
+    """The path exists but holds no Lance table."""
+
+
+class MemWalNotEnabledError(BadInputError):
+    """The table is a Lance table without the MemWAL index."""
+
+
+class CorruptMetadataError(BadInputError):
+    """A manifest or index record cannot be decoded or breaks an invariant."""
+
+
+class SchemaError(BadInputError):
+    """Rows do not fit the table schema (missing, null or mistyped columns)."""
+
+
+class StorageError(MemwalError):
+    """The object store failed (unreachable, refused, or out of retries)."""
+
+
+class ConflictError(MemwalError):
+    """Another writer changed the same object first; re-read and re-plan."""
+
+
+class AlreadyExistsError(ConflictError):
+    """A put-if-not-exists found the object already there."""
+
+
+class FencedError(ConflictError):
+    """A newer writer claimed the region; this writer must stop."""

@@ -1,0 +1,114 @@
+"""The region manifest protocol: read a version, find the latest, write the next.
+
+Finding the latest never LISTs the manifest folder (object-store listings
+are slow and only eventually consistent on some stores): read the best-effort
+`version_hint.json`, then probe forward with HEAD requests, first one, then
+growing parallel batches. With a current hint that is three requests per
+region: the hint, one HEAD, the manifest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+from memwal_core.errors import CorruptMetadataError, NotFoundError, StorageError
+from memwal_core.format.naming import (
+    MEM_WAL_DIR,
+    REGION_MANIFEST_DIR,
+    VERSION_HINT_FILE,
+    region_manifest_name,
+)
+from memwal_core.format.regions import RegionManifest
+from memwal_core.storage.object_store import ObjectStore
+
+FIRST_PROBE_BATCH = 4
+MAX_PROBE_BATCH = 64
+
+
+class RegionManifestStore:
+    """The manifest versions of one region."""
+
+    def __init__(self, store: ObjectStore, region: str) -> None:
+        self.store = store
+        self.region = region
+        self.dir = f"{MEM_WAL_DIR}/{region}/{REGION_MANIFEST_DIR}"
+
+    def path(self, version: int) -> str:
+        return f"{self.dir}/{region_manifest_name(version)}"
+
+    def read(self, version: int) -> RegionManifest:
+        """Region manifest `version`; NotFoundError if it does not exist."""
+        path = self.path(version)
+        data = self.store.read(path)
+        return RegionManifest.decode(
+            data, where=self.store.describe(path), region=self.region, version=version
+        )
+
+    def read_hint(self) -> int | None:
+        """The version named by `version_hint.json`, or None when absent or unreadable."""
+        try:
+            raw = self.store.read(f"{self.dir}/{VERSION_HINT_FILE}")
+            version = json.loads(raw)["version"]
+        except (NotFoundError, ValueError, KeyError, TypeError):
+            return None
+        return version if isinstance(version, int) and version >= 1 else None
+
+    def _probe_from(self, version: int) -> int:
+        """The last version of the unbroken run that starts after `version`.
+
+        Raises CorruptMetadataError when a probe batch shows a missing version
+        followed by an existing one: a gap hides the later versions from every
+        reader, Lance's included.
+        """
+        if not self.store.exists(self.path(version + 1)):
+            return version
+        latest = version + 1
+        batch = FIRST_PROBE_BATCH
+        while True:
+            candidates = list(range(latest + 1, latest + 1 + batch))
+            found = self.store.exists_many([self.path(v) for v in candidates])
+            if all(found):
+                latest = candidates[-1]
+                batch = min(batch * 2, MAX_PROBE_BATCH)
+                continue
+            first_missing = found.index(False)
+            missing = candidates[first_missing]
+            # The probe has already gone past a stale hint, so one more HEAD
+            # is cheap insurance that the run really ends here.
+            after = found[first_missing + 1 :] or [self.store.exists(self.path(missing + 1))]
+            if any(after):
+                raise CorruptMetadataError(
+                    f"region {self.region} manifest version {missing} is missing but later versions exist "
+                    f"({self.store.describe(self.dir)})"
+                )
+            return candidates[first_missing] - 1
+
+    def read_latest(self) -> RegionManifest:
+        """The newest manifest; NotFoundError if the region has none."""
+        hint = self.read_hint()
+        start = hint if hint is not None else 1
+        latest = self._probe_from(start)
+        try:
+            return self.read(latest)
+        except NotFoundError:
+            if hint is None or latest != start:
+                raise NotFoundError(
+                    f"region {self.region} has no manifest in {self.store.describe(self.dir)}"
+                ) from None
+        # A hint pointing at a missing version: fall back to probing from 1.
+        if not self.store.exists(self.path(1)):
+            raise NotFoundError(f"region {self.region} has no manifest in {self.store.describe(self.dir)}")
+        return self.read(self._probe_from(1))
+
+    def write_next(self, current: RegionManifest, message_bytes: bytes) -> None:
+        """Write version `current.version + 1` if nobody else has; then update the hint.
+
+        Raises AlreadyExistsError when another writer took that version: the
+        caller re-reads and re-applies its change. The hint is best effort.
+        """
+        version = current.version + 1
+        self.store.put_if_not_exists(self.path(version), message_bytes)
+        hint = json.dumps({"version": version}, separators=(",", ":")).encode()
+        with contextlib.suppress(StorageError):
+            self.store.write(f"{self.dir}/{VERSION_HINT_FILE}", hint)

@@ -1,0 +1,104 @@
+"""`init`: enable MemWAL on an existing Lance table.
+
+Lance requires the primary key columns to be non-nullable and marked with the
+unenforced-primary-key metadata; `initialize_mem_wal` then writes the MemWAL
+index. Every check runs before the first change, so a refused init leaves the
+table as it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memwal_core.errors import BadInputError, MemWalNotEnabledError, SchemaError
+from memwal_core.table import PK_META, PK_POSITION_META, MemWalTable, primary_key_of
+
+
+@dataclass(frozen=True)
+class RegionSpecChoice:
+    """How writes are routed to regions: at most one of the three modes, or manual."""
+
+    bucket_column: str | None = None
+    num_buckets: int | None = None
+    identity_column: str | None = None
+    unsharded: bool = False
+
+    def validate(self) -> None:
+        modes = sum([self.bucket_column is not None, self.identity_column is not None, self.unsharded])
+        if modes > 1:
+            raise BadInputError("choose one region spec: --bucket, --identity or --unsharded")
+        if (self.bucket_column is None) != (self.num_buckets is None):
+            raise BadInputError("--bucket and --num-buckets go together")
+        if self.num_buckets is not None and self.num_buckets < 1:
+            raise BadInputError(f"--num-buckets must be at least 1, not {self.num_buckets}")
+
+    def columns(self) -> list[str]:
+        return [c for c in (self.bucket_column, self.identity_column) if c is not None]
+
+
+@dataclass(frozen=True)
+class InitResult:
+    table: str
+    version: int
+    primary_key: list[str]
+    regions_spec: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "version": self.version,
+            "primary_key": self.primary_key,
+            "region_spec": self.regions_spec,
+        }
+
+
+def initialize(table: MemWalTable, primary_key: list[str], spec: RegionSpecChoice) -> InitResult:
+    """Mark `primary_key` on the schema if needed, then initialise MemWAL."""
+    spec.validate()
+    if not primary_key:
+        raise BadInputError("--primary-key names no column")
+    dataset = table.dataset()
+    try:
+        table.index_details(dataset.version)
+    except MemWalNotEnabledError:
+        pass
+    else:
+        raise BadInputError(f"table {table.uri} already has MemWAL enabled")
+    schema = dataset.schema
+    for column in [*primary_key, *spec.columns()]:
+        if column not in schema.names:
+            raise SchemaError(f"table {table.uri} has no column {column!r}")
+    existing = primary_key_of(schema)
+    if existing and existing != primary_key:
+        raise SchemaError(f"table {table.uri} already has primary key {existing}, not {primary_key}")
+    for column in primary_key:
+        if schema.field(column).nullable and dataset.count_rows(filter=f"`{column}` IS NULL") > 0:
+            raise SchemaError(f"primary key column {column!r} of {table.uri} holds null values")
+
+    nullable = [c for c in primary_key if schema.field(c).nullable]
+    if nullable:
+        # Lance annotates each alteration as an iterable, but takes AlterColumn dicts.
+        dataset.alter_columns(*({"path": c, "nullable": False} for c in nullable))  # type: ignore[arg-type]
+    if not existing:
+        dataset = table.dataset()
+        dataset.update_field_metadata(
+            {
+                column: {PK_META.decode(): "true", PK_POSITION_META.decode(): str(position)}
+                for position, column in enumerate(primary_key, start=1)
+            }
+        )
+    dataset = table.dataset()
+    dataset.initialize_mem_wal(
+        bucket_column=spec.bucket_column,
+        num_buckets=spec.num_buckets,
+        identity_column=spec.identity_column,
+        unsharded=spec.unsharded,
+    )
+    dataset = table.dataset()
+    return InitResult(
+        table=table.uri,
+        version=dataset.version,
+        primary_key=primary_key_of(dataset.schema),
+        regions_spec=dict(dataset.mem_wal_index_details() or {}),
+    )

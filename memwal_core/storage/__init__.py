@@ -1,0 +1,1 @@
+"""Object stores: local files and S3 behind one interface."""

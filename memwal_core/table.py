@@ -1,0 +1,165 @@
+"""The table facade: one MemWAL table, opened from a URI and storage options.
+
+Every service and CLI command starts here. It owns the object store, opens
+the Lance dataset, and reads the two sources of MemWAL state: the MemWAL
+index details in the table manifest (merge progress, index catch-up) and the
+region manifests under `_mem_wal/`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from memwal_core.errors import (
+    CorruptMetadataError,
+    MemWalNotEnabledError,
+    NotFoundError,
+    NotLanceTableError,
+    StorageError,
+)
+from memwal_core.format.index_details import IndexDetails, read_index_details
+from memwal_core.format.naming import MEM_WAL_DIR, TABLE_VERSIONS_DIR, table_manifest_name
+from memwal_core.format.regions import RegionManifest
+from memwal_core.model.region_store import RegionManifestStore
+from memwal_core.storage.object_store import ObjectStore, open_store
+from memwal_core.storage.options import StorageOptions
+
+if TYPE_CHECKING:
+    import lance
+    import pyarrow as pa
+
+PK_META = b"lance-schema:unenforced-primary-key"
+PK_POSITION_META = b"lance-schema:unenforced-primary-key:position"
+
+
+def primary_key_of(schema: pa.Schema) -> list[str]:
+    """The table's unenforced primary key columns, in key order."""
+    keyed: list[tuple[int, int, str]] = []
+    for index, f in enumerate(schema):
+        meta = f.metadata or {}
+        if meta.get(PK_META, b"").lower() == b"true":
+            position = int(meta.get(PK_POSITION_META, b"0") or 0)
+            keyed.append((position, index, f.name))
+    return [name for _pos, _idx, name in sorted(keyed)]
+
+
+def _is_region_id(name: str) -> bool:
+    try:
+        return str(uuid.UUID(name)) == name
+    except ValueError:
+        return False
+
+
+class MemWalTable:
+    """A Lance table with MemWAL, at its latest version unless one is given."""
+
+    def __init__(self, uri: str, storage_options: StorageOptions | Mapping[str, str] | None = None) -> None:
+        self.uri = uri.rstrip("/")
+        self.storage_options = (
+            storage_options
+            if isinstance(storage_options, StorageOptions)
+            else StorageOptions(storage_options or {})
+        )
+        self.store: ObjectStore = open_store(self.uri, self.storage_options)
+
+    @classmethod
+    def open(cls, uri: str, storage_options: StorageOptions | Mapping[str, str] | None = None) -> MemWalTable:
+        """Open a table and check that it is a Lance table with MemWAL enabled."""
+        table = cls(uri, storage_options)
+        table.index_details()
+        return table
+
+    # -- Lance dataset ---------------------------------------------------
+
+    def dataset(self, version: int | None = None) -> lance.LanceDataset:
+        """The Lance dataset (latest version, or `version`), with errors named after the table."""
+        import lance
+
+        try:
+            return lance.dataset(
+                self.uri, version=version, storage_options=self.storage_options.as_dict() or None
+            )
+        except (ValueError, OSError) as exc:
+            raise self._classify_open_error(exc, version) from exc
+
+    def _classify_open_error(self, exc: Exception, version: int | None) -> Exception:
+        message = str(exc)
+        if "not found" in message.lower() or "does not exist" in message.lower():
+            if version is not None and self.store.is_dir(TABLE_VERSIONS_DIR):
+                return NotFoundError(f"table {self.uri} has no version {version}")
+            if self.store.is_dir(TABLE_VERSIONS_DIR):
+                return CorruptMetadataError(
+                    f"table {self.uri} has no readable manifest in {TABLE_VERSIONS_DIR}/"
+                )
+            if self.store.is_dir(""):
+                return NotLanceTableError(
+                    f"{self.uri} is not a Lance table (no {TABLE_VERSIONS_DIR}/ directory)"
+                )
+            return NotFoundError(f"table {self.uri} does not exist")
+        if any(word in message for word in ("connect", "Connection", "dns", "timed out", "Timeout")):
+            return StorageError(f"cannot reach the storage of table {self.uri}")
+        first_line = message.splitlines()[0] if message else type(exc).__name__
+        return CorruptMetadataError(f"table {self.uri} cannot be opened: {first_line[:200]}")
+
+    @cached_property
+    def latest(self) -> lance.LanceDataset:
+        """The dataset as first opened; services re-open to see newer versions."""
+        return self.dataset()
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.latest.schema
+
+    @cached_property
+    def primary_key(self) -> list[str]:
+        """The primary key columns; MemWAL merges need at least one."""
+        return primary_key_of(self.schema)
+
+    # -- MemWAL index details ------------------------------------------
+
+    def index_details(self, version: int | None = None) -> IndexDetails:
+        """MemWAL index details at `version` (default: the latest version)."""
+        if version is None:
+            version = self.dataset().version
+        path = f"{TABLE_VERSIONS_DIR}/{table_manifest_name(version)}"
+        try:
+            data = self.store.read(path)
+        except NotFoundError:
+            raise NotFoundError(f"table {self.uri} has no manifest for version {version}") from None
+        details = read_index_details(data, where=self.store.describe(path))
+        if details is None:
+            raise MemWalNotEnabledError(f"table {self.uri} does not have MemWAL enabled (version {version})")
+        return details
+
+    # -- Regions ---------------------------------------------------------
+
+    def region_ids(self) -> list[str]:
+        """Ids of the regions that have a directory under `_mem_wal/`, sorted."""
+        return [name for name in self.store.list_dirs(MEM_WAL_DIR) if _is_region_id(name)]
+
+    def region_store(self, region: str) -> RegionManifestStore:
+        return RegionManifestStore(self.store, region)
+
+    def read_regions(self, regions: Iterable[str] | None = None) -> dict[str, RegionManifest | None]:
+        """Latest manifest of each region (None for a region with no manifest yet), in parallel."""
+        ids = list(regions) if regions is not None else self.region_ids()
+
+        def latest(region: str) -> RegionManifest | None:
+            try:
+                return self.region_store(region).read_latest()
+            except NotFoundError:
+                return None
+
+        return dict(zip(ids, self.store.map(latest, ids), strict=True))
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> MemWalTable:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

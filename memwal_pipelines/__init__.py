@@ -1,0 +1,1 @@
+"""memwal_pipelines: the Dagster code location that runs memwal's services."""

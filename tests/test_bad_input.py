@@ -1,0 +1,162 @@
+"""Bad input: exit status 2, one line on stderr naming the object, no traceback, nothing changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+import pytest
+
+from memwal_core.demo import DemoLog, write_demo_table
+from memwal_core.format.naming import region_manifest_name, table_manifest_name
+from tests.support.tables import independent_latest_manifest, tree_digest
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memwal_core.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DemoLog]:
+    path = tmp_path_factory.mktemp("pristine") / "table"
+    log = write_demo_table(str(path), base_rows=200, regions=2, rounds=3, rows_per_generation=30)
+    return path, log
+
+
+@pytest.fixture
+def table(pristine: tuple[Path, DemoLog], tmp_path: Path) -> tuple[Path, DemoLog]:
+    """A private copy of the demo table that a test may damage."""
+    path, log = pristine
+    copy = tmp_path / "table"
+    shutil.copytree(path, copy)
+    return copy, log
+
+
+def latest_manifest_file(path: Path, region: str) -> Path:
+    version = independent_latest_manifest(path, region).version
+    return path / "_mem_wal" / region / "manifest" / region_manifest_name(version)
+
+
+def assert_bad_input(root: Path, args: list[str], names: str) -> None:
+    before = tree_digest(root) if root.exists() else None
+    proc = run_cli(*args)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and " WARN " not in line]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert names in lines[0], lines[0]
+    assert proc.stdout == ""
+    if before is not None:
+        assert tree_digest(root) == before, "a failed status must not change anything"
+
+
+def test_missing_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    assert_bad_input(tmp_path, ["status", str(missing)], str(missing))
+
+
+def test_directory_that_is_not_a_lance_table(tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "file.txt").write_text("hello")
+    assert_bad_input(tmp_path, ["status", str(tmp_path / "dir")], "not a Lance table")
+
+
+def test_lance_table_without_memwal(tmp_path: Path) -> None:
+    path = tmp_path / "plain"
+    lance.write_dataset(pa.table({"id": [1, 2, 3]}), str(path))
+    assert_bad_input(tmp_path, ["status", str(path), "--json"], "does not have MemWAL enabled")
+
+
+def test_garbage_region_manifest(table: tuple[Path, DemoLog]) -> None:
+    path, log = table
+    target = latest_manifest_file(path, log.regions[0])
+    target.write_bytes(b"\xff\xfe this is not a protobuf \x00\x01")
+    assert_bad_input(path, ["status", str(path)], target.name)
+
+
+def test_region_manifest_whose_version_disagrees_with_its_name(table: tuple[Path, DemoLog]) -> None:
+    path, log = table
+    target = latest_manifest_file(path, log.regions[1])
+    older = path / "_mem_wal" / log.regions[1] / "manifest" / region_manifest_name(1)
+    target.write_bytes(older.read_bytes())
+    assert_bad_input(path, ["status", str(path)], "records version 1")
+
+
+def test_truncated_table_manifest(table: tuple[Path, DemoLog]) -> None:
+    path, _log = table
+    version = lance.dataset(str(path)).version
+    manifest = path / "_versions" / table_manifest_name(version)
+    data = manifest.read_bytes()
+    manifest.write_bytes(data[: len(data) // 2])
+    assert_bad_input(path, ["status", str(path)], str(path))
+
+
+def test_stale_version_hint_still_finds_the_latest(table: tuple[Path, DemoLog]) -> None:
+    path, log = table
+    region = log.regions[0]
+    truth = independent_latest_manifest(path, region).version
+    hint = path / "_mem_wal" / region / "manifest" / "version_hint.json"
+    hint.write_text(json.dumps({"version": 1}))
+    proc = run_cli("status", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    found = {r["region"]: r["manifest_version"] for r in json.loads(proc.stdout)["regions"]}
+    assert found[region] == truth
+    hint.write_text("{not json")
+    proc = run_cli("status", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert {r["region"]: r["manifest_version"] for r in json.loads(proc.stdout)["regions"]}[region] == truth
+
+
+def test_hint_ahead_of_the_manifests_falls_back_to_probing(table: tuple[Path, DemoLog]) -> None:
+    path, log = table
+    region = log.regions[1]
+    truth = independent_latest_manifest(path, region).version
+    (path / "_mem_wal" / region / "manifest" / "version_hint.json").write_text(
+        json.dumps({"version": truth + 50})
+    )
+    proc = run_cli("status", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert {r["region"]: r["manifest_version"] for r in json.loads(proc.stdout)["regions"]}[region] == truth
+
+
+def test_gap_in_manifest_versions(table: tuple[Path, DemoLog]) -> None:
+    path, log = table
+    region = log.regions[0]
+    truth = independent_latest_manifest(path, region).version
+    assert truth >= 4
+    manifest_dir = path / "_mem_wal" / region / "manifest"
+    (manifest_dir / "version_hint.json").write_text(json.dumps({"version": 1}))
+    os.remove(manifest_dir / region_manifest_name(truth - 1))
+    assert_bad_input(path, ["status", str(path)], f"manifest version {truth - 1} is missing")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status"],
+        ["frobnicate", "x"],
+        ["init", "x"],
+        ["status", "x", "-o", "novalue"],
+    ],
+)
+def test_bad_usage_exits_2_with_one_line(args: list[str], tmp_path: Path) -> None:
+    proc = run_cli(*args)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_scheme_is_bad_input() -> None:
+    proc = run_cli("status", "gs://bucket/t")
+    assert proc.returncode == 2
+    assert "gs" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,105 @@
+"""The region manifest protocol on local disk and S3: versions, hint, probing, collisions."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from memwal_core.errors import AlreadyExistsError, CorruptMetadataError, NotFoundError
+from memwal_core.format.proto import memwal_pb2 as pb
+from memwal_core.format.regions import uuid_to_proto
+from memwal_core.model.region_store import RegionManifestStore
+from memwal_core.storage.object_store import open_store
+from memwal_core.storage.options import StorageOptions
+
+
+def manifest_bytes(region: str, version: int, epoch: int = 1, generations: int = 0) -> bytes:
+    message = pb.ShardManifest(
+        version=version,
+        writer_epoch=epoch,
+        current_generation=generations + 1,
+        shard_id=uuid_to_proto(region),
+        sstables=[pb.SsTable(generation=g, path=f"{g:08x}_gen_{g}") for g in range(1, generations + 1)],
+    )
+    return message.SerializeToString()
+
+
+@pytest.fixture
+def regions(store_uri: tuple[str, dict[str, str]]) -> RegionManifestStore:
+    uri, options = store_uri
+    return RegionManifestStore(open_store(uri, StorageOptions(options)), str(uuid.uuid4()))
+
+
+def test_empty_region_has_no_manifest(regions: RegionManifestStore) -> None:
+    with pytest.raises(NotFoundError, match=regions.region):
+        regions.read_latest()
+
+
+def test_write_next_advances_version_and_hint(regions: RegionManifestStore) -> None:
+    region = regions.region
+    regions.store.put_if_not_exists(regions.path(1), manifest_bytes(region, 1))
+    current = regions.read_latest()
+    assert current.version == 1
+    for version in range(2, 12):
+        regions.write_next(current, manifest_bytes(region, version, generations=version))
+        current = regions.read_latest()
+        assert current.version == version
+        assert current.generation_numbers == list(range(1, version + 1))
+        assert regions.read_hint() == version
+    hint = json.loads(regions.store.read(f"{regions.dir}/version_hint.json"))
+    assert hint == {"version": 11}
+
+
+def test_only_one_concurrent_write_next_wins(regions: RegionManifestStore) -> None:
+    region = regions.region
+    regions.store.put_if_not_exists(regions.path(1), manifest_bytes(region, 1))
+    base = regions.read_latest()
+
+    def attempt(epoch: int) -> bool:
+        try:
+            regions.write_next(base, manifest_bytes(region, 2, epoch=epoch))
+            return True
+        except AlreadyExistsError:
+            return False
+
+    with ThreadPoolExecutor(12) as pool:
+        wins = list(pool.map(attempt, range(1, 13)))
+    assert wins.count(True) == 1
+    assert regions.read_latest().writer_epoch == wins.index(True) + 1
+
+
+def test_probe_finds_latest_far_beyond_a_stale_hint(regions: RegionManifestStore) -> None:
+    region = regions.region
+    for version in range(1, 201):
+        regions.store.put_if_not_exists(regions.path(version), manifest_bytes(region, version))
+    regions.store.write(f"{regions.dir}/version_hint.json", b'{"version":3}')
+    assert regions.read_latest().version == 200
+    regions.store.delete(f"{regions.dir}/version_hint.json")
+    assert regions.read_latest().version == 200
+
+
+def test_current_hint_costs_three_requests(regions: RegionManifestStore) -> None:
+    region = regions.region
+    for version in range(1, 6):
+        regions.store.put_if_not_exists(regions.path(version), manifest_bytes(region, version))
+    regions.store.write(f"{regions.dir}/version_hint.json", b'{"version":5}')
+    regions.store.stats.reset()
+    assert regions.read_latest().version == 5
+    assert regions.store.stats.total() == 3
+
+
+def test_gap_after_stale_hint_is_corrupt(regions: RegionManifestStore) -> None:
+    region = regions.region
+    for version in [1, 2, 3, 5, 6]:
+        regions.store.put_if_not_exists(regions.path(version), manifest_bytes(region, version))
+    with pytest.raises(CorruptMetadataError, match="version 4 is missing"):
+        regions.read_latest()
+
+
+def test_manifest_of_another_region_is_corrupt(regions: RegionManifestStore) -> None:
+    regions.store.put_if_not_exists(regions.path(1), manifest_bytes(str(uuid.uuid4()), 1))
+    with pytest.raises(CorruptMetadataError, match="belongs to region"):
+        regions.read_latest()
