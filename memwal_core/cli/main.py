@@ -18,13 +18,17 @@ from typing import Any
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import MemwalError
 from memwal_core.services.initialize import RegionSpecChoice, initialize
+from memwal_core.services.merge.engine import make_engine
+from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
 from memwal_core.storage.options import StorageOptions
 from memwal_core.table import MemWalTable
 
 log = logging.getLogger("memwal")
 
-Command = Callable[[argparse.Namespace, MemWalTable], tuple[dict[str, Any], str]]
+# A command returns its JSON payload, its text form and its exit status.
+Outcome = tuple[dict[str, Any], str, int]
+Command = Callable[[argparse.Namespace, MemWalTable], Outcome]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,12 +38,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"memwal: error: {message} (see memwal {self.prog.split()[-1]} --help)\n")
 
 
-def _cmd_status(args: argparse.Namespace, table: MemWalTable) -> tuple[dict[str, Any], str]:
+def _cmd_status(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     result = status(table)
-    return result.to_json(), result.to_text()
+    return result.to_json(), result.to_text(), 0
 
 
-def _cmd_init(args: argparse.Namespace, table: MemWalTable) -> tuple[dict[str, Any], str]:
+def _cmd_init(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     spec = RegionSpecChoice(
         bucket_column=args.bucket,
         num_buckets=args.num_buckets,
@@ -51,15 +55,29 @@ def _cmd_init(args: argparse.Namespace, table: MemWalTable) -> tuple[dict[str, A
     return (
         result.to_json(),
         f"MemWAL enabled on {result.table} (version {result.version}, primary key {keys})",
+        0,
     )
 
 
-def _cmd_demo(args: argparse.Namespace, table: MemWalTable) -> tuple[dict[str, Any], str]:
+def _cmd_demo(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     if not table.store.is_dir("_versions"):
         log.info("writing a demo table with a backlog to %s", table.uri)
         write_demo_table(table.uri, table.storage_options)
     result = status(table)
-    return result.to_json(), result.to_text()
+    return result.to_json(), result.to_text(), 0
+
+
+def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    engine = make_engine(args.engine, spark_master=args.spark_master)
+    result = merge(
+        table,
+        regions=args.region or None,
+        max_generations=args.max_generations,
+        engine=engine,
+        dry_run=args.dry_run,
+    )
+    code = max((f.exit_code for f in result.failures), default=0)
+    return result.to_json(), result.to_text(), code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,6 +117,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_init)
 
     p = sub.add_parser(
+        "merge", parents=[common], help="merge pending flushed generations into the base table"
+    )
+    p.add_argument(
+        "--region", action="append", default=[], metavar="UUID", help="only this region (repeatable)"
+    )
+    p.add_argument("--max-generations", type=int, metavar="N", help="merge at most N generations per region")
+    p.add_argument(
+        "--engine", choices=["local", "spark"], default="local", help="where generations are collapsed"
+    )
+    p.add_argument(
+        "--spark-master", metavar="URL", help="Spark master (default: MEMWAL_SPARK_MASTER or local[*])"
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.set_defaults(run=_cmd_merge)
+
+    p = sub.add_parser(
         "demo", parents=[common], help="create a demo MemWAL table with a backlog, then show it"
     )
     p.set_defaults(run=_cmd_demo)
@@ -114,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         options = StorageOptions.parse(args.storage_option)
         with MemWalTable(args.table, options) as table:
-            payload, text = args.run(args, table)
+            payload, text, code = args.run(args, table)
     except MemwalError as exc:
         print(f"memwal {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -126,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memwal {args.command}: failed: {type(exc).__name__}: {first}", file=sys.stderr)
         return 1
     print(json.dumps(payload, sort_keys=False) if args.json else text)
-    return 0
+    return int(code)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,117 @@
+"""Collapse a region's pending generations to one row per primary key.
+
+Generations are read in ascending order; within each, Lance's deletion vector
+already keeps only the last write of a key. Across generations the newest
+wins. A winning row with `_tombstone = true` is a delete; the rest are
+upserts. This is the `local` engine (pyarrow in-process) and the reference
+the Spark engine must agree with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal_core.errors import NotFoundError, SchemaError
+from memwal_core.services.merge.plan import GenerationSource
+
+TOMBSTONE = "_tombstone"
+_SEQ = "__memwal_seq"
+
+
+@dataclass(frozen=True)
+class Collapsed:
+    """The merge source of one region: live rows to upsert, keys to delete."""
+
+    live: pa.Table
+    deleted_keys: pa.Table
+    rows_read: int
+    bytes_read: int
+
+
+def read_generation(
+    source: GenerationSource, region: str, storage_options: Mapping[str, str] | None
+) -> pa.Table:
+    """All rows of one flushed generation (deletion vector applied)."""
+    import lance
+
+    try:
+        return lance.dataset(source.uri, storage_options=dict(storage_options or {}) or None).to_table()
+    except (ValueError, OSError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise NotFoundError(
+            f"region {region}: flushed generation {source.generation} at {source.uri} cannot be read ({first})"
+        ) from exc
+
+
+def conform(rows: pa.Table, base_schema: pa.Schema, *, what: str, cast: bool = False) -> pa.Table:
+    """Rows with exactly the base table's columns, order, types and field metadata.
+
+    With `cast`, columns whose type changed on the way through another engine
+    (Spark turns fixed-size lists into lists, strings into large strings) are
+    cast back; without it a type difference is schema drift.
+    """
+    missing = [name for name in base_schema.names if name not in rows.column_names]
+    if missing:
+        raise SchemaError(f"{what} lacks column {missing[0]!r} of the base table (schema drift)")
+    columns = []
+    for f in base_schema:
+        column = rows.column(f.name)
+        if column.type != f.type and cast:
+            column = column.cast(f.type)
+        if column.type != f.type:
+            raise SchemaError(f"{what} has column {f.name!r} of type {column.type}, the base table {f.type}")
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=base_schema)
+
+
+def split(
+    rows: pa.Table, primary_key: Sequence[str], base_schema: pa.Schema, *, what: str, cast: bool = False
+) -> tuple[pa.Table, pa.Table]:
+    """Split collapsed rows into live rows (base schema) and deleted keys."""
+    if TOMBSTONE not in rows.column_names:
+        raise SchemaError(f"{what} has no {TOMBSTONE} column; it is not a MemWAL flushed generation")
+    tomb = pc.fill_null(rows.column(TOMBSTONE), False)
+    live = conform(rows.filter(pc.invert(tomb)), base_schema, what=what, cast=cast)
+    deleted = rows.filter(tomb).select(list(primary_key))
+    return live, deleted
+
+
+def collapse_tables(
+    tables: Sequence[pa.Table], primary_key: Sequence[str], base_schema: pa.Schema, *, what: str
+) -> tuple[pa.Table, pa.Table]:
+    """Newest row per key across `tables` (ascending generation order), split."""
+    if len(tables) == 1:
+        return split(tables[0], primary_key, base_schema, what=what)
+    combined = pa.concat_tables(tables, promote_options="permissive")
+    for key in primary_key:
+        if combined.column(key).null_count:
+            raise SchemaError(f"{what} has null values in primary key column {key!r}")
+    combined = combined.append_column(_SEQ, pa.array(np.arange(combined.num_rows, dtype=np.int64)))
+    newest = combined.group_by(list(primary_key), use_threads=True).aggregate([(_SEQ, "max")])
+    positions = pc.sort_indices(newest.column(f"{_SEQ}_max"))
+    winners = combined.take(pc.take(newest.column(f"{_SEQ}_max"), positions))
+    return split(winners.drop_columns([_SEQ]), primary_key, base_schema, what=what)
+
+
+def collapse_local(
+    generations: Sequence[GenerationSource],
+    region: str,
+    primary_key: Sequence[str],
+    base_schema: pa.Schema,
+    storage_options: Mapping[str, str] | None,
+) -> Collapsed:
+    """The `local` engine: read each generation with pylance and collapse in pyarrow."""
+    tables = [read_generation(g, region, storage_options) for g in generations]
+    what = f"region {region} generations {generations[0].generation}..{generations[-1].generation}"
+    live, deleted = collapse_tables(tables, primary_key, base_schema, what=what)
+    return Collapsed(
+        live=live,
+        deleted_keys=deleted,
+        rows_read=sum(t.num_rows for t in tables),
+        bytes_read=sum(t.nbytes for t in tables),
+    )

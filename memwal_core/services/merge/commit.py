@@ -1,0 +1,104 @@
+"""The merge commit: one Lance commit per region with data, deletes and progress.
+
+Upserts (live rows), deletes (tombstoned keys, as a `when_not_matched_by_source_delete`
+predicate on the same builder) and the merge marker go in ONE `merge_insert`, so a
+merger that lost a race can never land a delete after the winner re-inserted the
+key (see the format doc). The marker makes Lance reject a stale merge: a
+"Stale SSTable compaction" error means another merger got there first, which the
+caller answers by re-planning, never by retrying.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from memwal_core.errors import ConflictError, SchemaError
+
+if TYPE_CHECKING:
+    import lance
+
+STALE_MARKER = "Stale SSTable compaction"
+
+
+class StaleMergeError(ConflictError):
+    """Another merger already merged this region past our target generation."""
+
+
+def _literal(value: object, column: str) -> str:
+    """A SQL literal Lance's (DataFusion's) parser reads back as `value`."""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int | decimal.Decimal):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, bytes):
+        return f"X'{value.hex()}'"
+    if isinstance(value, dt.datetime | dt.date):
+        return f"'{value.isoformat()}'"
+    raise SchemaError(
+        f"primary key column {column!r} has values of type {type(value).__name__}, not supported"
+    )
+
+
+def _quote(column: str) -> str:
+    return "`" + column.replace("`", "``") + "`"
+
+
+def delete_predicate(keys: pa.Table, primary_key: Sequence[str]) -> str:
+    """A predicate selecting exactly the rows whose key is in `keys`."""
+    if len(primary_key) == 1:
+        column = primary_key[0]
+        values = sorted(set(keys.column(column).to_pylist()))
+        return f"{_quote(column)} IN ({', '.join(_literal(v, column) for v in values)})"
+    rows = sorted(set(zip(*(keys.column(c).to_pylist() for c in primary_key), strict=True)))
+    terms = [
+        "("
+        + " AND ".join(f"{_quote(c)} = {_literal(v, c)}" for c, v in zip(primary_key, row, strict=True))
+        + ")"
+        for row in rows
+    ]
+    return " OR ".join(terms)
+
+
+def commit_region(
+    dataset: lance.LanceDataset,
+    primary_key: Sequence[str],
+    region: str,
+    generation: int,
+    live: pa.Table,
+    deleted_keys: pa.Table,
+    *,
+    use_index: bool,
+) -> dict[str, int]:
+    """Upsert `live`, delete `deleted_keys` and mark `generation` merged, in one commit.
+
+    Returns Lance's merge statistics. Raises StaleMergeError if the region's
+    recorded progress is already at or past `generation`.
+    """
+    from lance.mem_wal import CompactedSsTable
+
+    builder = (
+        dataset.merge_insert(list(primary_key) if len(primary_key) > 1 else primary_key[0])
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+    )
+    if deleted_keys.num_rows:
+        builder = builder.when_not_matched_by_source_delete(delete_predicate(deleted_keys, primary_key))
+    builder = builder.use_index(use_index).mark_sstables_as_compacted([CompactedSsTable(region, generation)])
+    try:
+        stats: dict[str, int] = builder.execute(live)
+    except OSError as exc:
+        if STALE_MARKER in str(exc):
+            raise StaleMergeError(
+                f"region {region}: generation {generation} was already merged by another merger"
+            ) from exc
+        raise
+    return stats

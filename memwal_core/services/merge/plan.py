@@ -1,0 +1,144 @@
+"""Merge plans: which generations of which regions to merge, read at which table version.
+
+A plan is small, frozen and picklable, so it can be printed (`--dry-run`),
+shipped to Spark executors and retried. Each region's pending generations are
+taken strictly in ascending order from `merged + 1`, with no gap: merging past
+a generation the manifest no longer lists would skip its rows for good.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from memwal_core.errors import BadInputError, CorruptMetadataError, MemwalError, NotFoundError
+from memwal_core.format.naming import MEM_WAL_DIR
+from memwal_core.format.regions import RegionManifest
+from memwal_core.table import MemWalTable
+
+
+@dataclass(frozen=True)
+class GenerationSource:
+    """One flushed generation to read: its number and its dataset URI."""
+
+    generation: int
+    uri: str
+    physical_rows: int | None = None
+    in_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class RegionMergePlan:
+    """The pending prefix of one region, in ascending generation order."""
+
+    region: str
+    merged_before: int
+    manifest_version: int
+    generations: tuple[GenerationSource, ...]
+
+    @property
+    def target_generation(self) -> int:
+        """The generation the merge marks: the highest of the prefix."""
+        return self.generations[-1].generation
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "region": self.region,
+            "merged_generation": self.merged_before,
+            "manifest_version": self.manifest_version,
+            "generations": [g.generation for g in self.generations],
+        }
+
+
+@dataclass(frozen=True)
+class RegionFailure:
+    """A region that could not be planned or merged, and why (one line)."""
+
+    region: str
+    error: str
+    exit_code: int = 1
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """Everything a merge needs, read at one table version."""
+
+    table_uri: str
+    table_version: int
+    primary_key: tuple[str, ...]
+    regions: tuple[RegionMergePlan, ...]
+    failures: tuple[RegionFailure, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table_uri,
+            "table_version": self.table_version,
+            "primary_key": list(self.primary_key),
+            "regions": [r.to_json() for r in self.regions],
+            "failures": [{"region": f.region, "error": f.error} for f in self.failures],
+        }
+
+
+def region_plan(
+    table: MemWalTable, manifest: RegionManifest, merged: int, max_generations: int | None
+) -> RegionMergePlan | None:
+    """The pending prefix of one region, or None if nothing is pending."""
+    pending = [g for g in manifest.generations if g.generation > merged]
+    if not pending:
+        return None
+    expected = merged + 1
+    for g in pending:
+        if g.generation != expected:
+            raise CorruptMetadataError(
+                f"region {manifest.region}: generation {expected} is not listed in manifest version "
+                f"{manifest.version} (merged {merged}, next listed {g.generation}); refusing to merge past it"
+            )
+        expected += 1
+    if max_generations is not None:
+        pending = pending[:max_generations]
+    base = f"{table.uri}/{MEM_WAL_DIR}/{manifest.region}"
+    return RegionMergePlan(
+        region=manifest.region,
+        merged_before=merged,
+        manifest_version=manifest.version,
+        generations=tuple(
+            GenerationSource(g.generation, f"{base}/{g.path}", g.physical_rows, g.in_memory_bytes)
+            for g in pending
+        ),
+    )
+
+
+def plan_merge(
+    table: MemWalTable,
+    *,
+    regions: Iterable[str] | None = None,
+    max_generations: int | None = None,
+) -> MergePlan:
+    """Plan the merge of every pending generation (or of the named regions only)."""
+    if max_generations is not None and max_generations < 1:
+        raise BadInputError(f"--max-generations must be at least 1, not {max_generations}")
+    dataset = table.dataset()
+    details = table.index_details(dataset.version)
+    primary_key = tuple(table.primary_key)
+    if not primary_key:
+        raise CorruptMetadataError(f"table {table.uri} has no primary key; merges need one")
+    wanted = sorted(set(regions)) if regions is not None else None
+    if wanted is not None:
+        known = set(table.region_ids())
+        unknown = [r for r in wanted if r not in known]
+        if unknown:
+            raise NotFoundError(f"table {table.uri} has no region {unknown[0]}")
+    plans: list[RegionMergePlan] = []
+    failures: list[RegionFailure] = []
+    for region, manifest in sorted(table.read_regions(wanted).items()):
+        if manifest is None:
+            continue
+        try:
+            plan = region_plan(table, manifest, details.merged_generation(region), max_generations)
+        except MemwalError as exc:
+            failures.append(RegionFailure(region, str(exc), exc.exit_code))
+            continue
+        if plan is not None:
+            plans.append(plan)
+    return MergePlan(table.uri, dataset.version, primary_key, tuple(plans), tuple(failures))

@@ -1,0 +1,248 @@
+"""`merge`: plan, execute (collapse) and commit every region's pending generations.
+
+Regions are merged one after another and independently: a failure in one is
+reported and the others go on. A stale commit (another merger won) makes us
+re-plan that region from the progress now recorded; retryable commit
+conflicts are retried with bounded backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from memwal_core.errors import MemwalError
+from memwal_core.services.merge.commit import StaleMergeError, commit_region
+from memwal_core.services.merge.engine import LocalEngine, MergeEngine
+from memwal_core.services.merge.plan import MergePlan, RegionFailure, RegionMergePlan, plan_merge, region_plan
+from memwal_core.storage.retry import RetryPolicy
+from memwal_core.table import MemWalTable
+
+log = logging.getLogger(__name__)
+
+# Below this many source rows, Lance's key index beats a full scan of the key column.
+INDEXED_MERGE_MAX_ROWS = 1000
+MAX_REPLANS = 8
+
+
+@dataclass(frozen=True)
+class RegionMergeResult:
+    """What one region's merge did."""
+
+    region: str
+    merged_generations: list[int]
+    rows_upserted: int
+    rows_deleted: int
+    rows_read: int
+    bytes_read: int
+    seconds_collapse: float
+    seconds_commit: float
+    table_version: int
+    replans: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "region": self.region,
+            "merged_generations": self.merged_generations,
+            "rows_upserted": self.rows_upserted,
+            "rows_deleted": self.rows_deleted,
+            "rows_read": self.rows_read,
+            "bytes_read": self.bytes_read,
+            "seconds_collapse": round(self.seconds_collapse, 4),
+            "seconds_commit": round(self.seconds_commit, 4),
+            "table_version": self.table_version,
+            "replans": self.replans,
+        }
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """The outcome of one merge run over a table."""
+
+    table: str
+    engine: str
+    planned_at_version: int
+    regions: list[RegionMergeResult]
+    failures: list[RegionFailure]
+    seconds_plan: float
+    seconds_total: float
+    dry_run: bool = False
+    plan: MergePlan | None = field(default=None, repr=False)
+
+    @property
+    def generations_merged(self) -> int:
+        return sum(len(r.merged_generations) for r in self.regions)
+
+    def to_json(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "table": self.table,
+            "engine": self.engine,
+            "dry_run": self.dry_run,
+            "planned_at_version": self.planned_at_version,
+            "regions": [r.to_json() for r in self.regions],
+            "failures": [{"region": f.region, "error": f.error} for f in self.failures],
+            "generations_merged": self.generations_merged,
+            "rows_upserted": sum(r.rows_upserted for r in self.regions),
+            "rows_deleted": sum(r.rows_deleted for r in self.regions),
+            "seconds_plan": round(self.seconds_plan, 4),
+            "seconds_total": round(self.seconds_total, 4),
+        }
+        if self.dry_run and self.plan is not None:
+            payload["plan"] = self.plan.to_json()
+        return payload
+
+    def to_text(self) -> str:
+        lines = [f"merge of {self.table} ({self.engine} engine){' [dry run]' if self.dry_run else ''}"]
+        if self.dry_run and self.plan is not None:
+            for p in self.plan.regions:
+                lines.append(f"  {p.region}  would merge {[g.generation for g in p.generations]}")
+        for r in self.regions:
+            lines.append(
+                f"  {r.region}  merged {r.merged_generations[0]}..{r.merged_generations[-1]}  "
+                f"upserted {r.rows_upserted}  deleted {r.rows_deleted}  table v{r.table_version}"
+            )
+        for f in self.failures:
+            lines.append(f"  {f.region}  FAILED: {f.error}")
+        if not self.regions and not self.failures and not (self.dry_run and self.plan and self.plan.regions):
+            lines.append("  nothing to merge")
+        return "\n".join(lines)
+
+
+def _replan_region(table: MemWalTable, region: str, max_generations: int | None) -> RegionMergePlan | None:
+    """The region's pending prefix from the progress recorded now."""
+    details = table.index_details()
+    manifest = table.region_store(region).read_latest()
+    return region_plan(table, manifest, details.merged_generation(region), max_generations)
+
+
+def _is_retryable_conflict(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, OSError) and ("Retryable commit conflict" in text or "retryable" in text.lower())
+
+
+def merge_region(
+    table: MemWalTable,
+    plan: RegionMergePlan,
+    primary_key: tuple[str, ...],
+    engine: MergeEngine,
+    *,
+    max_generations: int | None,
+    retry: RetryPolicy,
+) -> RegionMergeResult | None:
+    """Merge one region's plan; re-plan on stale progress. None if someone else merged it all."""
+    replans = 0
+    current: RegionMergePlan | None = plan
+    while current is not None:
+        base_schema = table.dataset().schema
+        started = time.perf_counter()
+        collapsed = engine.collapse(current, primary_key, base_schema, table.storage_options)
+        collapsed_at = time.perf_counter()
+        use_index = collapsed.live.num_rows + collapsed.deleted_keys.num_rows <= INDEXED_MERGE_MAX_ROWS
+        target = current
+
+        def commit(
+            target: RegionMergePlan = target, collapsed: Any = collapsed, use_index: bool = use_index
+        ) -> tuple[dict[str, int], int]:
+            dataset = table.dataset()
+            stats = commit_region(
+                dataset,
+                primary_key,
+                target.region,
+                target.target_generation,
+                collapsed.live,
+                collapsed.deleted_keys,
+                use_index=use_index,
+            )
+            return stats, dataset.version
+
+        try:
+            stats, version = retry.run(commit, _is_retryable_conflict)
+        except StaleMergeError:
+            replans += 1
+            if replans > MAX_REPLANS:
+                raise
+            log.info("region %s: another merger got there first; re-planning", current.region)
+            current = _replan_region(table, current.region, max_generations)
+            continue
+        return RegionMergeResult(
+            region=current.region,
+            merged_generations=[g.generation for g in current.generations],
+            rows_upserted=stats.get("num_inserted_rows", 0) + stats.get("num_updated_rows", 0),
+            rows_deleted=stats.get("num_deleted_rows", 0),
+            rows_read=collapsed.rows_read,
+            bytes_read=collapsed.bytes_read,
+            seconds_collapse=collapsed_at - started,
+            seconds_commit=time.perf_counter() - collapsed_at,
+            table_version=version,
+            replans=replans,
+        )
+    return None
+
+
+def merge(
+    table: MemWalTable,
+    *,
+    regions: Iterable[str] | None = None,
+    max_generations: int | None = None,
+    engine: MergeEngine | None = None,
+    dry_run: bool = False,
+    retry: RetryPolicy | None = None,
+) -> MergeResult:
+    """Merge pending generations of every region (or the named ones), in ascending order.
+
+    Example:
+        >>> with MemWalTable.open("demo/table") as table:  # doctest: +SKIP
+        ...     result = merge(table, max_generations=8)
+        ...     print(result.to_json()["generations_merged"])
+    """
+    engine = engine or LocalEngine()
+    retry = retry or RetryPolicy(attempts=5, base_delay=0.2, max_delay=5.0)
+    started = time.perf_counter()
+    plan = plan_merge(table, regions=regions, max_generations=max_generations)
+    planned = time.perf_counter()
+    results: list[RegionMergeResult] = []
+    failures = list(plan.failures)
+    if not dry_run:
+        for region_plan_ in plan.regions:
+            try:
+                result = merge_region(
+                    table,
+                    region_plan_,
+                    plan.primary_key,
+                    engine,
+                    max_generations=max_generations,
+                    retry=retry,
+                )
+            except MemwalError as exc:
+                failures.append(RegionFailure(region_plan_.region, str(exc), exc.exit_code))
+                log.error("region %s: %s", region_plan_.region, exc)
+                continue
+            except OSError as exc:
+                first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+                failures.append(RegionFailure(region_plan_.region, f"commit failed: {first}"))
+                log.error("region %s: commit failed: %s", region_plan_.region, first)
+                continue
+            if result is not None:
+                results.append(result)
+                log.info(
+                    "region %s: merged generations %s (%d upserted, %d deleted) -> table v%d",
+                    result.region,
+                    result.merged_generations,
+                    result.rows_upserted,
+                    result.rows_deleted,
+                    result.table_version,
+                )
+    return MergeResult(
+        table=table.uri,
+        engine=engine.name,
+        planned_at_version=plan.table_version,
+        regions=results,
+        failures=failures,
+        seconds_plan=planned - started,
+        seconds_total=time.perf_counter() - started,
+        dry_run=dry_run,
+        plan=plan,
+    )
