@@ -23,13 +23,13 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from memwal_core.demo import DEMO_SCHEMA  # noqa: E402
-from memwal_core.format.proto import memwal_pb2 as pb  # noqa: E402
-from memwal_core.format.regions import uuid_to_proto  # noqa: E402
-from memwal_core.model.region_store import RegionManifestStore  # noqa: E402
-from memwal_core.services.status import status  # noqa: E402
-from memwal_core.storage.options import StorageOptions  # noqa: E402
-from memwal_core.table import MemWalTable  # noqa: E402
+from memwal_core.demo import DEMO_SCHEMA
+from memwal_core.format.proto import memwal_pb2 as pb
+from memwal_core.format.regions import uuid_to_proto
+from memwal_core.model.region_store import RegionManifestStore
+from memwal_core.services.status import status
+from memwal_core.storage.options import StorageOptions
+from memwal_core.table import MemWalTable
 
 VERSIONS_PER_REGION = 3
 GENERATIONS_PER_REGION = 4
@@ -50,7 +50,9 @@ def build_table(uri: str, options: dict[str, str], regions: int) -> None:
                 writer_epoch=1,
                 current_generation=generations + 1,
                 shard_id=uuid_to_proto(region),
-                sstables=[pb.SsTable(generation=g, path=f"{g:08x}_gen_{g}") for g in range(1, generations + 1)],
+                sstables=[
+                    pb.SsTable(generation=g, path=f"{g:08x}_gen_{g}") for g in range(1, generations + 1)
+                ],
             )
             table.store.put_if_not_exists(store.path(version), message.SerializeToString())
         table.store.write(f"{store.dir}/version_hint.json", f'{{"version":{VERSIONS_PER_REGION}}}'.encode())

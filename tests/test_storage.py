@@ -6,7 +6,6 @@ import multiprocessing
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,15 +14,6 @@ from memwal_core.errors import AlreadyExistsError, NotFoundError, StorageError
 from memwal_core.storage.object_store import ObjectStore, open_store
 from memwal_core.storage.options import StorageOptions
 from memwal_core.storage.retry import RetryPolicy
-
-
-@pytest.fixture(params=["local", "s3"])
-def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str]]:
-    """A fresh, empty store root on local disk or in the SeaweedFS bucket."""
-    if request.param == "local":
-        return str(tmp_path / "store"), {}
-    seaweed = request.getfixturevalue("seaweed")
-    return f"s3://memwal-test/storage-{uuid.uuid4().hex}", seaweed.storage_options()
 
 
 def _race(uri: str, options: dict[str, str], path: str, payload: bytes) -> bool:

@@ -1,0 +1,33 @@
+"""Shared fixtures: one SparkSession and one S3 server for the whole test session."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# Lance logs warnings to stderr; tests read stderr for one-line errors.
+os.environ.setdefault("LANCE_LOG", "error")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The one local SparkSession (local[2], loopback only, no UI)."""
+    from memwal_core.spark_session import spark_session
+
+    session = spark_session("local[2]", {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture(params=["local", "s3"])
+def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """A fresh, empty store root on local disk or in the SeaweedFS bucket."""
+    if request.param == "local":
+        return str(tmp_path / "store"), {}
+    seaweed = request.getfixturevalue("seaweed")
+    return f"s3://memwal-test/storage-{uuid.uuid4().hex}", seaweed.storage_options()

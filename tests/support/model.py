@@ -1,0 +1,84 @@
+"""Write through Lance's native MemWAL writer while keeping a plain Python model of the rows."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import lance
+import pyarrow as pa
+
+Key = tuple[Any, ...]
+
+
+class ModelTable:
+    """A MemWAL table and the rows it must hold once every write is merged."""
+
+    def __init__(
+        self,
+        uri: str | Path,
+        schema: pa.Schema,
+        primary_key: Sequence[str],
+        base_rows: Sequence[Mapping[str, Any]] = (),
+        storage_options: Mapping[str, str] | None = None,
+    ) -> None:
+        self.uri = str(uri)
+        self.schema = schema
+        self.primary_key = list(primary_key)
+        self.options = dict(storage_options or {}) or None
+        self.rows: dict[Key, dict[str, Any]] = {}
+        table = pa.Table.from_pylist([dict(r) for r in base_rows], schema=schema)
+        lance.write_dataset(table, self.uri, storage_options=self.options).initialize_mem_wal()
+        for row in base_rows:
+            self.rows[self.key(row)] = dict(row)
+
+    def key(self, row: Mapping[str, Any]) -> Key:
+        return tuple(row[c] for c in self.primary_key)
+
+    def dataset(self) -> lance.LanceDataset:
+        return lance.dataset(self.uri, storage_options=self.options)
+
+    def write(
+        self,
+        region: str | None,
+        ops: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
+        *,
+        memtable_rows: int = 50,
+    ) -> str:
+        """Apply `ops` ("put", rows) / ("delete", keys-as-rows) through one writer session of `region`."""
+        region = region or str(uuid.uuid4())
+        key_schema = pa.schema([self.schema.field(c) for c in self.primary_key])
+        with self.dataset().mem_wal_writer(region, max_memtable_rows=memtable_rows) as writer:
+            for kind, all_rows in ops:
+                # Lance never splits one write across MemTables, so keep writes within the cap.
+                for start in range(0, len(all_rows), memtable_rows):
+                    rows = all_rows[start : start + memtable_rows]
+                    if kind == "put":
+                        writer.put(pa.Table.from_pylist([dict(r) for r in rows], schema=self.schema))
+                        for row in rows:
+                            self.rows[self.key(row)] = dict(row)
+                    else:
+                        keys = [{c: r[c] for c in self.primary_key} for r in rows]
+                        writer.delete(pa.Table.from_pylist(keys, schema=key_schema))
+                        for row in rows:
+                            self.rows.pop(self.key(row), None)
+        return region
+
+    def actual(self) -> dict[Key, dict[str, Any]]:
+        """The base table's rows, keyed like the model."""
+        rows = self.dataset().to_table().to_pylist()
+        keyed = {self.key(r): r for r in rows}
+        assert len(keyed) == len(rows), "the base table holds a key twice"
+        return keyed
+
+    def assert_merged(self) -> None:
+        actual = self.actual()
+        missing = self.rows.keys() - actual.keys()
+        extra = actual.keys() - self.rows.keys()
+        assert not missing and not extra, f"missing {sorted(missing)[:5]}, extra {sorted(extra)[:5]}"
+        wrong = [k for k in self.rows if actual[k] != self.rows[k]]
+        assert not wrong, (
+            f"{len(wrong)} rows differ, e.g. {wrong[0]}: {actual[wrong[0]]} != {self.rows[wrong[0]]}"
+        )
