@@ -31,3 +31,28 @@ def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict
         return str(tmp_path / "store"), {}
     seaweed = request.getfixturevalue("seaweed")
     return f"s3://memwal-test/storage-{uuid.uuid4().hex}", seaweed.storage_options()
+
+
+@pytest.fixture(scope="session")
+def seaweed() -> Iterator[Any]:
+    """One real SeaweedFS S3 server for the session, with bucket "memwal-test" created."""
+    from tests.support.seaweed import SeaweedServer
+
+    server = SeaweedServer()
+    try:
+        server.create_bucket("memwal-test")
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def standalone_spark() -> Iterator[Any]:
+    """A Spark standalone master + worker on loopback, started only when a test asks for it."""
+    from tests.support.spark import StandaloneSpark
+
+    cluster = StandaloneSpark()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -50,7 +50,10 @@ class ModelTable:
         """Apply `ops` ("put", rows) / ("delete", keys-as-rows) through one writer session of `region`."""
         region = region or str(uuid.uuid4())
         key_schema = pa.schema([self.schema.field(c) for c in self.primary_key])
-        with self.dataset().mem_wal_writer(region, max_memtable_rows=memtable_rows) as writer:
+        # Non-durable puts do not wait for the WAL flush; close() still flushes everything.
+        with self.dataset().mem_wal_writer(
+            region, max_memtable_rows=memtable_rows, durable_write=False
+        ) as writer:
             for kind, all_rows in ops:
                 # Lance never splits one write across MemTables, so keep writes within the cap.
                 for start in range(0, len(all_rows), memtable_rows):

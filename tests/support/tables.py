@@ -35,3 +35,27 @@ def tree_digest(root: Path) -> str:
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def progress_history(uri: str) -> list[dict[str, int]]:
+    """Merge progress at every table version that has MemWAL, oldest first."""
+    from memwal_core.errors import MemWalNotEnabledError
+    from memwal_core.table import MemWalTable
+
+    history = []
+    with MemWalTable(uri) as table:
+        for version in range(1, table.dataset().version + 1):
+            try:
+                history.append(dict(table.index_details(version).merged))
+            except MemWalNotEnabledError:
+                continue
+    return history
+
+
+def assert_progress_never_decreases(history: list[dict[str, int]]) -> None:
+    """Every region's merge progress is monotone across table versions."""
+    for before, after in zip(history, history[1:], strict=False):
+        for region, generation in before.items():
+            assert after.get(region, 0) >= generation, (
+                f"progress of {region} went from {generation} to {after.get(region, 0)}"
+            )

@@ -111,6 +111,14 @@ class MergeResult:
         return "\n".join(lines)
 
 
+def has_key_index(dataset: Any, primary_key: tuple[str, ...]) -> bool:
+    """Whether a scalar index covers the primary key (only then can a merge use one)."""
+    for index in dataset.describe_indices():
+        if list(getattr(index, "field_names", []) or []) == list(primary_key):
+            return True
+    return False
+
+
 def _replan_region(table: MemWalTable, region: str, max_generations: int | None) -> RegionMergePlan | None:
     """The region's pending prefix from the progress recorded now."""
     details = table.index_details()
@@ -136,11 +144,14 @@ def merge_region(
     replans = 0
     current: RegionMergePlan | None = plan
     while current is not None:
-        base_schema = table.dataset().schema
+        current_dataset = table.dataset()
         started = time.perf_counter()
-        collapsed = engine.collapse(current, primary_key, base_schema, table.storage_options)
+        collapsed = engine.collapse(current, primary_key, current_dataset.schema, table.storage_options)
         collapsed_at = time.perf_counter()
-        use_index = collapsed.live.num_rows + collapsed.deleted_keys.num_rows <= INDEXED_MERGE_MAX_ROWS
+        use_index = (
+            collapsed.live.num_rows + collapsed.deleted_keys.num_rows <= INDEXED_MERGE_MAX_ROWS
+            and has_key_index(current_dataset, primary_key)
+        )
         target = current
 
         def commit(

@@ -1,0 +1,87 @@
+"""Property: any stream of writes, merged in any chunking by either engine, equals the model."""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memwal_core.services.merge.engine import LocalEngine, MergeEngine
+from memwal_core.services.merge.service import merge
+from memwal_core.services.status import status
+from memwal_core.table import MemWalTable
+from tests.support.model import ModelTable
+from tests.support.tables import assert_progress_never_decreases, progress_history
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+        pa.field("v", pa.int64()),
+    ]
+)
+KEYS = st.integers(min_value=0, max_value=40)
+OP = st.one_of(
+    st.tuples(st.just("put"), st.lists(KEYS, min_size=1, max_size=6, unique=True)),
+    st.tuples(st.just("delete"), st.lists(KEYS, min_size=1, max_size=3, unique=True)),
+)
+STREAM = st.lists(OP, min_size=1, max_size=25)
+REGIONS = 3
+CHUNKS = st.lists(st.integers(1, 4), min_size=1, max_size=6)
+
+
+def run_property(
+    engine: MergeEngine, stream: list[tuple[str, list[int]]], chunks: list[int], memtable_rows: int
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        table = ModelTable(Path(tmp) / "t", SCHEMA, ["id"], [{"id": i, "v": -i} for i in range(0, 40, 2)])
+        regions = [str(uuid.UUID(int=i + 1, version=4)) for i in range(REGIONS)]
+        for counter, (kind, keys) in enumerate(stream):
+            # Like Lance's routing, a key always goes to the same region.
+            for index, region in enumerate(regions):
+                rows: list[dict[str, Any]] = [
+                    {"id": k, "v": counter * 100 + k} for k in keys if k % REGIONS == index
+                ]
+                if rows:
+                    table.write(region, [(kind, rows)], memtable_rows=memtable_rows)
+        with MemWalTable.open(table.uri) as opened:
+            for chunk in [*chunks, 10_000]:
+                result = merge(opened, max_generations=chunk, engine=engine)
+                assert not result.failures, result.failures
+            final = status(opened)
+        assert final.pending_total == 0
+        for region in final.regions:
+            assert region.merged_generation == (
+                region.flushed_generations[-1] if region.flushed_generations else 0
+            )
+        assert_progress_never_decreases(progress_history(table.uri))
+        table.assert_merged()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=STREAM, chunks=CHUNKS, memtable_rows=st.integers(2, 8))
+def test_local_engine_matches_model(
+    stream: list[tuple[str, list[int]]], chunks: list[int], memtable_rows: int
+) -> None:
+    run_property(LocalEngine(), stream, chunks, memtable_rows)
+
+
+def test_spark_engine_matches_model(spark: Any) -> None:
+    from memwal_core.services.merge.spark_engine import SparkEngine
+
+    engine = SparkEngine(spark)
+
+    @settings(
+        max_examples=3,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    @given(stream=STREAM, chunks=CHUNKS, memtable_rows=st.integers(2, 8))
+    def check(stream: list[tuple[str, list[int]]], chunks: list[int], memtable_rows: int) -> None:
+        run_property(engine, stream, chunks, memtable_rows)
+
+    check()
