@@ -8,6 +8,7 @@ compare memwal's answer against a second opinion.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def progress_history(uri: str) -> list[dict[str, int]]:
 
 def assert_progress_never_decreases(history: list[dict[str, int]]) -> None:
     """Every region's merge progress is monotone across table versions."""
-    for before, after in zip(history, history[1:], strict=False):
+    for before, after in itertools.pairwise(history):
         for region, generation in before.items():
             assert after.get(region, 0) >= generation, (
                 f"progress of {region} went from {generation} to {after.get(region, 0)}"
