@@ -293,22 +293,33 @@ class StandaloneSpark:
             json.dumps(self.client_conf()),
         ]
         with driver_log.open("wb") as log:
-            result = subprocess.run(
+            # Its own process group, so a timeout also ends the driver's JVM.
+            driver = subprocess.Popen(
                 [*command, *uris],
                 cwd=self.root,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=log,
-                timeout=timeout,
-                check=False,
+                start_new_session=True,
             )
-        if result.returncode != 0:
+            try:
+                stdout, _ = driver.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                stop_process_group(driver, timeout=10.0)
+                raise TimeoutError(
+                    f"lance probe on {self.master_url} took over {timeout:.0f} s; "
+                    f"driver log {driver_log}:\n{log_tail(driver_log)}"
+                ) from None
+            finally:
+                if driver.stdout is not None:
+                    driver.stdout.close()
+        if driver.returncode != 0:
             raise RuntimeError(
-                f"lance probe on {self.master_url} failed with exit code {result.returncode}; "
+                f"lance probe on {self.master_url} failed with exit code {driver.returncode}; "
                 f"driver log {driver_log}:\n{log_tail(driver_log)}"
             )
-        rows: list[dict[str, Any]] = json.loads(result.stdout.decode().strip().splitlines()[-1])
+        rows: list[dict[str, Any]] = json.loads(stdout.decode().strip().splitlines()[-1])
         return rows
 
     # -- internals ---------------------------------------------------------------------------
