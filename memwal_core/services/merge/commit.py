@@ -22,6 +22,8 @@ from memwal_core.errors import ConflictError, SchemaError
 if TYPE_CHECKING:
     import lance
 
+    from memwal_core.table import MemWalTable
+
 STALE_MARKER = "Stale SSTable compaction"
 
 
@@ -102,3 +104,30 @@ def commit_region(
             ) from exc
         raise
     return stats
+
+
+def same_region_commits(table: MemWalTable, region: str, read_version: int, version: int) -> list[int]:
+    """Versions strictly between `read_version` and our commit `version` that moved `region`'s progress.
+
+    Lance rebases a merge commit over a non-overlapping one without re-running
+    its join, so a delete predicate never sees keys a concurrent merger of the
+    same region inserted in between. Any version listed here means our deletes
+    must be re-applied.
+    """
+    if version <= read_version + 1:
+        return []
+    before = table.index_details(read_version).merged_generation(region)
+    return [
+        v
+        for v in range(read_version + 1, version)
+        if table.index_details(v).merged_generation(region) != before
+    ]
+
+
+def reapply_deletes(dataset: lance.LanceDataset, primary_key: Sequence[str], deleted_keys: pa.Table) -> int:
+    """Delete `deleted_keys` again (only safe while holding the region's merge lease)."""
+    if not deleted_keys.num_rows:
+        return 0
+    before = dataset.count_rows()
+    dataset.delete(delete_predicate(deleted_keys, primary_key))
+    return before - dataset.count_rows()

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memwal_core.errors import MemwalError
-from memwal_core.services.merge.commit import StaleMergeError, commit_region
+from memwal_core.model.lease import Lease, LeaseBusyError
+from memwal_core.services.merge.collapse import Collapsed
+from memwal_core.services.merge.commit import (
+    StaleMergeError,
+    commit_region,
+    reapply_deletes,
+    same_region_commits,
+)
 from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.plan import MergePlan, RegionFailure, RegionMergePlan, plan_merge, region_plan
 from memwal_core.storage.retry import RetryPolicy
@@ -26,6 +33,8 @@ log = logging.getLogger(__name__)
 # Below this many source rows, Lance's key index beats a full scan of the key column.
 INDEXED_MERGE_MAX_ROWS = 1000
 MAX_REPLANS = 8
+# A merge renews its lease before each commit; a holder silent this long is presumed dead.
+DEFAULT_LEASE_TTL = 300.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,7 @@ class MergeResult:
     failures: list[RegionFailure]
     seconds_plan: float
     seconds_total: float
+    busy: list[str] = field(default_factory=list)
     dry_run: bool = False
     plan: MergePlan | None = field(default=None, repr=False)
 
@@ -84,6 +94,7 @@ class MergeResult:
             "planned_at_version": self.planned_at_version,
             "regions": [r.to_json() for r in self.regions],
             "failures": [{"region": f.region, "error": f.error} for f in self.failures],
+            "busy_regions": self.busy,
             "generations_merged": self.generations_merged,
             "rows_upserted": sum(r.rows_upserted for r in self.regions),
             "rows_deleted": sum(r.rows_deleted for r in self.regions),
@@ -106,6 +117,8 @@ class MergeResult:
             )
         for f in self.failures:
             lines.append(f"  {f.region}  FAILED: {f.error}")
+        for region in self.busy:
+            lines.append(f"  {region}  skipped: another merger holds it")
         if not self.regions and not self.failures and not (self.dry_run and self.plan and self.plan.regions):
             lines.append("  nothing to merge")
         return "\n".join(lines)
@@ -113,10 +126,7 @@ class MergeResult:
 
 def has_key_index(dataset: Any, primary_key: tuple[str, ...]) -> bool:
     """Whether a scalar index covers the primary key (only then can a merge use one)."""
-    for index in dataset.describe_indices():
-        if list(getattr(index, "field_names", []) or []) == list(primary_key):
-            return True
-    return False
+    return any(list(index.field_names or []) == list(primary_key) for index in dataset.describe_indices())
 
 
 def _replan_region(table: MemWalTable, region: str, max_generations: int | None) -> RegionMergePlan | None:
@@ -127,8 +137,47 @@ def _replan_region(table: MemWalTable, region: str, max_generations: int | None)
 
 
 def _is_retryable_conflict(exc: BaseException) -> bool:
-    text = str(exc)
-    return isinstance(exc, OSError) and ("Retryable commit conflict" in text or "retryable" in text.lower())
+    """Lance's own retries (conflict_retries) ran out; a fresh attempt may succeed."""
+    return isinstance(exc, OSError) and "Too many concurrent writers" in str(exc)
+
+
+def commit_checked(
+    table: MemWalTable,
+    dataset: Any,
+    primary_key: tuple[str, ...],
+    plan: RegionMergePlan,
+    collapsed: Collapsed,
+    *,
+    use_index: bool,
+) -> tuple[dict[str, int], int]:
+    """Commit one region, then re-apply its deletes if a same-region commit slipped in between.
+
+    The merge lease rules that out while leases are honoured; this is the
+    backstop for an expired lease or a merger that ignores leases.
+    """
+    read_version = int(dataset.version)
+    stats = commit_region(
+        dataset,
+        primary_key,
+        plan.region,
+        plan.target_generation,
+        collapsed.live,
+        collapsed.deleted_keys,
+        use_index=use_index,
+    )
+    version = int(dataset.version)
+    intervening = same_region_commits(table, plan.region, read_version, version)
+    if intervening:
+        log.warning(
+            "region %s: versions %s merged the same region concurrently; re-applying %d deletes",
+            plan.region,
+            intervening,
+            collapsed.deleted_keys.num_rows,
+        )
+        repaired = reapply_deletes(dataset, primary_key, collapsed.deleted_keys)
+        stats = {**stats, "num_deleted_rows": stats.get("num_deleted_rows", 0) + repaired}
+        version = int(dataset.version)
+    return stats, version
 
 
 def merge_region(
@@ -139,58 +188,62 @@ def merge_region(
     *,
     max_generations: int | None,
     retry: RetryPolicy,
+    lease_ttl: float = DEFAULT_LEASE_TTL,
+    lease_wait: float = 0.0,
 ) -> RegionMergeResult | None:
-    """Merge one region's plan; re-plan on stale progress. None if someone else merged it all."""
-    replans = 0
-    current: RegionMergePlan | None = plan
-    while current is not None:
-        current_dataset = table.dataset()
-        started = time.perf_counter()
-        collapsed = engine.collapse(current, primary_key, current_dataset.schema, table.storage_options)
-        collapsed_at = time.perf_counter()
-        use_index = (
-            collapsed.live.num_rows + collapsed.deleted_keys.num_rows <= INDEXED_MERGE_MAX_ROWS
-            and has_key_index(current_dataset, primary_key)
-        )
-        target = current
+    """Merge one region's plan under its merge lease; re-plan on stale progress.
 
-        def commit(
-            target: RegionMergePlan = target, collapsed: Any = collapsed, use_index: bool = use_index
-        ) -> tuple[dict[str, int], int]:
+    Returns None if another merger merged everything first. Raises
+    LeaseBusyError if another live merger holds the region's lease.
+    """
+    lease = Lease(table.store, f"merge-{plan.region}", ttl=lease_ttl).acquire(wait=lease_wait)
+    try:
+        replans = 0
+        current: RegionMergePlan | None = plan
+        while current is not None:
             dataset = table.dataset()
-            stats = commit_region(
-                dataset,
-                primary_key,
-                target.region,
-                target.target_generation,
-                collapsed.live,
-                collapsed.deleted_keys,
-                use_index=use_index,
+            started = time.perf_counter()
+            collapsed = engine.collapse(current, primary_key, dataset.schema, table.storage_options)
+            collapsed_at = time.perf_counter()
+            use_index = (
+                collapsed.live.num_rows + collapsed.deleted_keys.num_rows <= INDEXED_MERGE_MAX_ROWS
+                and has_key_index(dataset, primary_key)
             )
-            return stats, dataset.version
 
-        try:
-            stats, version = retry.run(commit, _is_retryable_conflict)
-        except StaleMergeError:
-            replans += 1
-            if replans > MAX_REPLANS:
-                raise
-            log.info("region %s: another merger got there first; re-planning", current.region)
-            current = _replan_region(table, current.region, max_generations)
-            continue
-        return RegionMergeResult(
-            region=current.region,
-            merged_generations=[g.generation for g in current.generations],
-            rows_upserted=stats.get("num_inserted_rows", 0) + stats.get("num_updated_rows", 0),
-            rows_deleted=stats.get("num_deleted_rows", 0),
-            rows_read=collapsed.rows_read,
-            bytes_read=collapsed.bytes_read,
-            seconds_collapse=collapsed_at - started,
-            seconds_commit=time.perf_counter() - collapsed_at,
-            table_version=version,
-            replans=replans,
-        )
-    return None
+            def commit(
+                target: RegionMergePlan = current,
+                collapsed: Collapsed = collapsed,
+                use_index: bool = use_index,
+            ) -> tuple[dict[str, int], int]:
+                lease.ensure()
+                return commit_checked(
+                    table, table.dataset(), primary_key, target, collapsed, use_index=use_index
+                )
+
+            try:
+                stats, version = retry.run(commit, _is_retryable_conflict)
+            except StaleMergeError:
+                replans += 1
+                if replans > MAX_REPLANS:
+                    raise
+                log.info("region %s: another merger got there first; re-planning", current.region)
+                current = _replan_region(table, current.region, max_generations)
+                continue
+            return RegionMergeResult(
+                region=current.region,
+                merged_generations=[g.generation for g in current.generations],
+                rows_upserted=stats.get("num_inserted_rows", 0) + stats.get("num_updated_rows", 0),
+                rows_deleted=stats.get("num_deleted_rows", 0),
+                rows_read=collapsed.rows_read,
+                bytes_read=collapsed.bytes_read,
+                seconds_collapse=collapsed_at - started,
+                seconds_commit=time.perf_counter() - collapsed_at,
+                table_version=version,
+                replans=replans,
+            )
+        return None
+    finally:
+        lease.release()
 
 
 def merge(
@@ -201,6 +254,7 @@ def merge(
     engine: MergeEngine | None = None,
     dry_run: bool = False,
     retry: RetryPolicy | None = None,
+    lease_wait: float = 0.0,
 ) -> MergeResult:
     """Merge pending generations of every region (or the named ones), in ascending order.
 
@@ -216,6 +270,7 @@ def merge(
     planned = time.perf_counter()
     results: list[RegionMergeResult] = []
     failures = list(plan.failures)
+    busy: list[str] = []
     if not dry_run:
         for region_plan_ in plan.regions:
             try:
@@ -226,7 +281,12 @@ def merge(
                     engine,
                     max_generations=max_generations,
                     retry=retry,
+                    lease_wait=lease_wait,
                 )
+            except LeaseBusyError as exc:
+                busy.append(region_plan_.region)
+                log.info("region %s: skipped, %s", region_plan_.region, exc)
+                continue
             except MemwalError as exc:
                 failures.append(RegionFailure(region_plan_.region, str(exc), exc.exit_code))
                 log.error("region %s: %s", region_plan_.region, exc)
@@ -252,6 +312,7 @@ def merge(
         planned_at_version=plan.table_version,
         regions=results,
         failures=failures,
+        busy=busy,
         seconds_plan=planned - started,
         seconds_total=time.perf_counter() - started,
         dry_run=dry_run,

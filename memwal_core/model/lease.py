@@ -1,0 +1,143 @@
+"""Leases in the table's own storage, so every process (CLI, Dagster, Spark driver) sees them.
+
+A lease is a sequence of numbered JSON records under `_memwal_leases/{name}/`.
+Every state change (acquire, renew, release, take over an expired lease)
+writes the next number with put-if-not-exists, so exactly one writer wins
+each change and a holder that loses a renewal knows it lost the lease.
+Expiry is wall-clock time, so holders renew well before it (`ttl / 3`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+
+from memwal_core.errors import AlreadyExistsError, ConflictError, CorruptMetadataError
+from memwal_core.storage.object_store import ObjectStore
+
+LEASE_DIR = "_memwal_leases"
+KEEP_RECORDS = 16
+
+
+class LeaseBusyError(ConflictError):
+    """Another live holder has the lease."""
+
+
+class LeaseLostError(ConflictError):
+    """Our lease expired and someone else took it; stop before changing anything."""
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    seq: int
+    owner: str | None
+    expires_at: float
+
+    def live(self, now: float) -> bool:
+        return self.owner is not None and self.expires_at > now
+
+
+def _owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Lease:
+    """One named lease (e.g. `merge-{region}`) held by this process."""
+
+    def __init__(self, store: ObjectStore, name: str, *, ttl: float = 300.0) -> None:
+        self.store = store
+        self.name = name
+        self.ttl = ttl
+        self.owner = _owner_id()
+        self.dir = f"{LEASE_DIR}/{name}"
+        self.held: LeaseRecord | None = None
+
+    def _path(self, seq: int) -> str:
+        return f"{self.dir}/{seq:020d}.json"
+
+    def latest(self) -> LeaseRecord | None:
+        """The newest record, or None if the lease was never taken."""
+        names = [info.path.rsplit("/", 1)[-1] for info in self.store.list_files(self.dir)]
+        seqs = sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+        if not seqs:
+            return None
+        raw = self.store.read(self._path(seqs[-1]))
+        try:
+            data = json.loads(raw)
+            return LeaseRecord(seqs[-1], data.get("owner"), float(data["expires_at"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptMetadataError(
+                f"lease record {self.store.describe(self._path(seqs[-1]))} is unreadable"
+            ) from exc
+
+    def _write(self, seq: int, owner: str | None, expires_at: float) -> LeaseRecord:
+        payload = json.dumps({"owner": owner, "expires_at": expires_at, "written_at": time.time()})
+        self.store.put_if_not_exists(self._path(seq), payload.encode())
+        return LeaseRecord(seq, owner, expires_at)
+
+    def try_acquire(self) -> bool:
+        """Take the lease if it is free or expired; False if a live holder has it."""
+        current = self.latest()
+        now = time.time()
+        if current is not None and current.live(now) and current.owner != self.owner:
+            return False
+        seq = current.seq + 1 if current else 1
+        try:
+            self.held = self._write(seq, self.owner, now + self.ttl)
+        except AlreadyExistsError:
+            return False
+        self._prune(seq)
+        return True
+
+    def acquire(self, *, wait: float = 0.0, poll: float = 0.5) -> Lease:
+        """Take the lease, waiting up to `wait` seconds; LeaseBusyError if it stays taken."""
+        deadline = time.monotonic() + wait
+        while not self.try_acquire():
+            if time.monotonic() >= deadline:
+                holder = self.latest()
+                who = holder.owner if holder else "?"
+                raise LeaseBusyError(f"lease {self.name} of {self.store.uri} is held by {who}")
+            time.sleep(poll)
+        return self
+
+    def renew(self) -> None:
+        """Extend our lease; LeaseLostError if it expired and someone else took it."""
+        if self.held is None:
+            raise LeaseLostError(f"lease {self.name} is not held")
+        try:
+            self.held = self._write(self.held.seq + 1, self.owner, time.time() + self.ttl)
+        except AlreadyExistsError:
+            self.held = None
+            raise LeaseLostError(
+                f"lease {self.name} of {self.store.uri} was taken over by another holder"
+            ) from None
+
+    def ensure(self) -> None:
+        """Renew if a third of the TTL has passed; call before every irreversible step."""
+        if self.held is None:
+            raise LeaseLostError(f"lease {self.name} is not held")
+        if self.held.expires_at - time.time() < self.ttl * 2 / 3:
+            self.renew()
+
+    def release(self) -> None:
+        """Give the lease back (a free record), if we still hold it."""
+        if self.held is None:
+            return
+        with contextlib.suppress(AlreadyExistsError):
+            self._write(self.held.seq + 1, None, 0.0)
+        self.held = None
+
+    def _prune(self, seq: int) -> None:
+        for old in range(max(1, seq - KEEP_RECORDS - 8), seq - KEEP_RECORDS):
+            self.store.delete(self._path(old))
+
+    def __enter__(self) -> Lease:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
