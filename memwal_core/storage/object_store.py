@@ -20,9 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+import urllib3
+
 from memwal_core.errors import AlreadyExistsError, NotFoundError, StorageError
 from memwal_core.storage.options import StorageOptions
 from memwal_core.storage.retry import RetryPolicy
+from memwal_core.storage.s3_http import S3HttpError, SignedHttp
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -270,6 +273,9 @@ class S3Store(ObjectStore):
             region_name=options.first("aws_region", "region", env=("AWS_REGION", "AWS_DEFAULT_REGION"))
             or "us-east-1",
         )
+        self._http = SignedHttp(
+            session, endpoint, bucket, region=session.region_name, virtual=virtual, pool_size=parallelism
+        )
         self._client = session.client(
             "s3",
             endpoint_url=endpoint,
@@ -288,6 +294,8 @@ class S3Store(ObjectStore):
 
     @staticmethod
     def _code(exc: BaseException) -> str:
+        if isinstance(exc, S3HttpError):
+            return exc.code
         response = getattr(exc, "response", None) or {}
         error = response.get("Error", {})
         status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -296,9 +304,9 @@ class S3Store(ObjectStore):
     def _is_transient(self, exc: BaseException) -> bool:
         from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
 
-        if isinstance(exc, ConnectionError | HTTPClientError):
+        if isinstance(exc, ConnectionError | HTTPClientError | urllib3.exceptions.HTTPError):
             return True
-        if isinstance(exc, ClientError):
+        if isinstance(exc, ClientError | S3HttpError):
             code = self._code(exc)
             if code in (
                 "SlowDown",
@@ -322,7 +330,7 @@ class S3Store(ObjectStore):
 
         try:
             return self.retry.run(attempt, self._is_transient)
-        except ClientError as exc:
+        except (ClientError, S3HttpError) as exc:
             code = self._code(exc)
             if code in ("404", "NoSuchKey", "NotFound"):
                 raise NotFoundError(f"{self.describe(path)} does not exist") from exc
@@ -333,24 +341,20 @@ class S3Store(ObjectStore):
             if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
                 raise StorageError(f"access to {self.describe(path)} denied ({code})") from exc
             raise StorageError(f"{kind} of {self.describe(path)} failed ({code})") from exc
-        except BotoCoreError as exc:
+        except (BotoCoreError, urllib3.exceptions.HTTPError) as exc:
             where = self.endpoint or "S3"
             raise StorageError(
                 f"cannot reach {where} for {self.describe(path)}: {type(exc).__name__}"
             ) from exc
 
     def read(self, path: str) -> bytes:
-        def call() -> bytes:
-            body: bytes = self._client.get_object(Bucket=self.bucket, Key=self._key(path))["Body"].read()
-            return body
-
-        return self._call("get", path, call)
+        return self._call("get", path, lambda: self._http.request("GET", self._key(path)).data)
 
     def write(self, path: str, data: bytes) -> None:
         self._call(
             "put",
             path,
-            lambda: self._client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data),
+            lambda: self._http.request("PUT", self._key(path), data),
         )
 
     def put_if_not_exists(self, path: str, data: bytes) -> None:
@@ -359,7 +363,7 @@ class S3Store(ObjectStore):
         def call() -> None:
             nonlocal attempts
             attempts += 1
-            self._client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data, IfNoneMatch="*")
+            self._http.request("PUT", self._key(path), data, {"If-None-Match": "*"})
 
         try:
             self._call("put_if_not_exists", path, call)
@@ -372,14 +376,10 @@ class S3Store(ObjectStore):
 
     def head(self, path: str) -> ObjectInfo | None:
         try:
-            meta = self._call(
-                "head",
-                path,
-                lambda: self._client.head_object(Bucket=self.bucket, Key=self._key(path)),
-            )
+            response = self._call("head", path, lambda: self._http.request("HEAD", self._key(path)))
         except NotFoundError:
             return None
-        return ObjectInfo(path, int(meta["ContentLength"]), meta["LastModified"].timestamp())
+        return ObjectInfo(path, int(response.headers.get("content-length", 0)), response.last_modified)
 
     def _pages(self, path: str, *, delimiter: bool) -> Iterable[dict[str, object]]:
         prefix = self._key(path)
