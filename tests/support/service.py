@@ -1,0 +1,204 @@
+"""What the loopback test servers share: free ports, process-group shutdown, log tails, lifecycle.
+
+`tests.support.seaweed` and `tests.support.spark` each start real server
+processes on 127.0.0.1 in a private temp directory. Their start-up has the
+same hazards (a port taken between `free_ports` and the bind, a process
+dying before it is ready, a test run ending without `stop()`), so the
+retry, clean-up and ownership rules live once here in `LoopbackService`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports that are free on 127.0.0.1 right now.
+
+    All sockets are held open together so the kernel cannot hand out the
+    same port twice; another process may still take one before the server
+    binds it, which is why servers here retry start-up with fresh ports.
+    """
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((LOOPBACK, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def stop_process_group(process: subprocess.Popen[Any], timeout: float = 10.0) -> None:
+    """SIGTERM the process group led by `process`, then SIGKILL it if it outlives `timeout`.
+
+    The servers are started with `start_new_session=True`, so their PID is
+    also their process-group id and the group holds every child they spawn
+    (Spark executors, Python workers), which must not outlive the test run.
+    """
+    pgid = process.pid
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=timeout)
+    if process.poll() is None:
+        # The leader is not yet reaped, so the group id cannot belong to anyone else.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        process.wait(timeout=timeout)
+    # Children that outlived a graceful leader: signal them one by one, by PID.
+    for pid in _group_members(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """PIDs whose process group is `pgid` (Linux /proc; empty elsewhere)."""
+    members = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # Fields after the parenthesised command name: state, ppid, pgrp, ...
+            fields = entry.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid:
+            members.append(int(entry.parent.name))
+    return members
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last `lines` lines of a server log, for error messages."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"<cannot read {path}: {exc}>"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class EarlyExit(Exception):
+    """A server process exited before it became ready (often a port taken since `free_ports`).
+
+    Raised by `LoopbackService._attempt`; `start()` then retries on fresh ports.
+    """
+
+
+class LoopbackService:
+    """Lifecycle of server processes on loopback, owned by the process that created them.
+
+    Subclasses launch and probe their processes through the hooks below;
+    this class retries start-up when a process exits early, cleans up when
+    start-up fails, stops the processes at interpreter exit if nobody else
+    did, and removes the private temp directory `root` on `stop()`.
+    """
+
+    # Start-up tries before giving up; each try runs on fresh ports.
+    start_attempts = 3
+
+    def __init__(
+        self,
+        *,
+        prefix: str,
+        start_timeout: float,
+        base_dir: str | os.PathLike[str] | None,
+    ) -> None:
+        self.start_timeout = start_timeout
+        self.root = Path(tempfile.mkdtemp(prefix=prefix, dir=base_dir))
+        self.startup_seconds: float | None = None
+        # A forked child inherits this object but must not stop what it did not start.
+        self._owner_pid = os.getpid()
+
+    def start(self) -> Self:
+        """Launch the processes and block until they are ready; a no-op while they run.
+
+        Retries with fresh ports when a process exits during start-up, which
+        covers the small race in `free_ports`. Any failure stops whatever
+        was started before it propagates.
+        """
+        if self._running():
+            return self
+        began = time.monotonic()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)  # again, after a stop()
+            self._prepare()
+            for attempt in range(1, self.start_attempts + 1):
+                try:
+                    self._attempt(attempt)
+                    break
+                except EarlyExit as exc:
+                    # Read the logs before `_discard_attempt` stops the survivors and adds to them.
+                    failure = self._startup_failure(exc) if attempt == self.start_attempts else None
+                    self._discard_attempt()
+                    if failure is not None:
+                        raise RuntimeError(failure) from None
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - began
+        atexit.register(self.stop)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the processes by process group (SIGTERM, then SIGKILL) and delete the temp dir.
+
+        A no-op in a forked child: only the process that started the service owns it.
+        """
+        if os.getpid() != self._owner_pid:
+            return
+        atexit.unregister(self.stop)
+        self._release(timeout)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- hooks for subclasses ----------------------------------------------------------------
+
+    def _running(self) -> bool:
+        """Whether the service is up, so `start()` has nothing to do."""
+        raise NotImplementedError
+
+    def _prepare(self) -> None:
+        """One-time set-up in `root` before the first attempt (configuration files)."""
+
+    def _attempt(self, attempt: int) -> None:
+        """Launch the processes on fresh ports and wait until they are ready.
+
+        Raises `EarlyExit` if a process exits first, `TimeoutError` (naming
+        the logs) if they are not ready within `start_timeout`.
+        """
+        raise NotImplementedError
+
+    def _discard_attempt(self) -> None:
+        """Clean up after an attempt that ended in `EarlyExit`, before the next one."""
+
+    def _startup_failure(self, exc: EarlyExit) -> str:
+        """The message, naming the logs, when the last attempt ended in `exc`."""
+        raise NotImplementedError
+
+    def _release(self, timeout: float) -> None:
+        """Stop every process (each within `timeout`) and close the logs; `root` is removed after."""
+        raise NotImplementedError
