@@ -1,0 +1,112 @@
+"""Objects in a directory on the local file system."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from memwal_core.errors import AlreadyExistsError, NotFoundError, StorageError
+from memwal_core.storage.object_store import ObjectInfo, ObjectStore
+
+T = TypeVar("T")
+
+
+class LocalStore(ObjectStore):
+    """A directory on the local file system."""
+
+    def __init__(self, root: Path, *, parallelism: int = 16) -> None:
+        super().__init__(str(root), parallelism=parallelism)
+        self.root = root
+
+    def _path(self, path: str) -> Path:
+        return self.root / path if path else self.root
+
+    def _io(self, kind: str, path: str, call: Callable[[], T]) -> T:
+        self.stats.add(kind)
+        try:
+            return call()
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"{self.describe(path)} does not exist") from exc
+        except FileExistsError:
+            raise
+        except OSError as exc:
+            raise StorageError(f"{kind} of {self.describe(path)} failed: {exc.strerror}") from exc
+
+    def read(self, path: str) -> bytes:
+        return self._io("get", path, self._path(path).read_bytes)
+
+    def write(self, path: str, data: bytes) -> None:
+        def call() -> None:
+            target = self._path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+
+        self._io("put", path, call)
+
+    def put_if_not_exists(self, path: str, data: bytes) -> None:
+        # Write a private temp file, then hard-link it into place: link() fails
+        # if the name exists, so exactly one racer wins and no reader sees a
+        # half-written file.
+        def call() -> None:
+            target = self._path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+            tmp.write_bytes(data)
+            try:
+                os.link(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)
+
+        try:
+            self._io("put_if_not_exists", path, call)
+        except FileExistsError as exc:
+            raise AlreadyExistsError(f"{self.describe(path)} already exists") from exc
+
+    def head(self, path: str) -> ObjectInfo | None:
+        try:
+            st = self._io("head", path, self._path(path).stat)
+        except NotFoundError:
+            return None
+        return ObjectInfo(path, st.st_size, st.st_mtime)
+
+    def is_dir(self, path: str) -> bool:
+        self.stats.add("head")
+        return self._path(path).is_dir()
+
+    def list_dirs(self, path: str) -> list[str]:
+        def call() -> list[str]:
+            return sorted(e.name for e in os.scandir(self._path(path)) if e.is_dir())
+
+        try:
+            return self._io("list", path, call)
+        except NotFoundError:
+            return []
+
+    def list_files(self, path: str, *, recursive: bool = False) -> list[ObjectInfo]:
+        base = self._path(path)
+
+        def call() -> list[ObjectInfo]:
+            found: list[ObjectInfo] = []
+            walker = os.walk(base) if recursive else [(str(base), [], os.listdir(base))]
+            for dirpath, _dirs, files in walker:
+                for name in files:
+                    full = Path(dirpath) / name
+                    if not full.is_file() or name.endswith(".tmp"):
+                        continue
+                    st = full.stat()
+                    rel = full.relative_to(self.root).as_posix()
+                    found.append(ObjectInfo(rel, st.st_size, st.st_mtime))
+            return sorted(found, key=lambda info: info.path)
+
+        try:
+            return self._io("list", path, call)
+        except NotFoundError:
+            return []
+
+    def delete(self, path: str) -> None:
+        self._io("delete", path, lambda: self._path(path).unlink(missing_ok=True))
