@@ -25,7 +25,8 @@ class S3Store(ObjectStore):
         prefix: str,
         options: StorageOptions,
         *,
-        parallelism: int = 64,
+        # Requests are mostly Python CPU (signing) under the GIL; more threads only contend.
+        parallelism: int = 32,
         retry: RetryPolicy | None = None,
     ) -> None:
         super().__init__(f"s3://{join_path(bucket, prefix)}", parallelism=parallelism)
