@@ -55,3 +55,26 @@ def test_renewal_keeps_the_lease(tmp_path: object) -> None:
     assert not Lease(store, "merge-y", ttl=60).try_acquire()
     lease.release()
     assert Lease(store, "merge-y", ttl=60).try_acquire()
+
+
+def test_lease_of_a_killed_local_holder_is_free_at_once(tmp_path: object) -> None:
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    store = open_store(str(tmp_path), StorageOptions())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    dead_owner = f"{socket.gethostname()}:{child.pid}:deadbeef"
+    store.put_if_not_exists(
+        "_memwal_leases/merge-z/00000000000000000001.json",
+        json.dumps({"owner": dead_owner, "expires_at": time.time() + 3600}).encode(),
+    )
+    assert Lease(store, "merge-z", ttl=60).try_acquire()
+    remote = "another-host:1:cafe"
+    store.put_if_not_exists(
+        "_memwal_leases/merge-w/00000000000000000001.json",
+        json.dumps({"owner": remote, "expires_at": time.time() + 3600}).encode(),
+    )
+    assert not Lease(store, "merge-w", ttl=60).try_acquire()

@@ -39,11 +39,31 @@ class LeaseRecord:
     expires_at: float
 
     def live(self, now: float) -> bool:
-        return self.owner is not None and self.expires_at > now
+        """Held, unexpired, and not by a process of this host that has died (e.g. kill -9)."""
+        return self.owner is not None and self.expires_at > now and not _dead_local_owner(self.owner)
 
 
 def _owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _dead_local_owner(owner: str) -> bool:
+    """Whether `owner` was a process on this host that no longer exists.
+
+    Only a provably dead holder counts: another host, a live or unknown PID, or
+    a PID we may not signal all keep the lease until it expires.
+    """
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 class Lease:
