@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from memwal_core.cli.progress import RegionProgress
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import MemwalError
 from memwal_core.services.initialize import RegionSpecChoice, initialize
@@ -75,6 +76,7 @@ def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
         max_generations=args.max_generations,
         engine=engine,
         dry_run=args.dry_run,
+        progress=RegionProgress(),
     )
     code = max((f.exit_code for f in result.failures), default=0)
     return result.to_json(), result.to_text(), code

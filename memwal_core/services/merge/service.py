@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -255,8 +255,11 @@ def merge(
     dry_run: bool = False,
     retry: RetryPolicy | None = None,
     lease_wait: float = 0.0,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> MergeResult:
     """Merge pending generations of every region (or the named ones), in ascending order.
+
+    `progress(done, total, region)` is called after each region, for progress bars.
 
     Example:
         >>> with MemWalTable.open("demo/table") as table:  # doctest: +SKIP
@@ -272,7 +275,9 @@ def merge(
     failures = list(plan.failures)
     busy: list[str] = []
     if not dry_run:
-        for region_plan_ in plan.regions:
+        for done, region_plan_ in enumerate(plan.regions, start=1):
+            if progress is not None and done > 1:
+                progress(done - 1, len(plan.regions), plan.regions[done - 2].region)
             try:
                 result = merge_region(
                     table,
@@ -306,6 +311,8 @@ def merge(
                     result.rows_deleted,
                     result.table_version,
                 )
+    if progress is not None and plan.regions and not dry_run:
+        progress(len(plan.regions), len(plan.regions), plan.regions[-1].region)
     return MergeResult(
         table=table.uri,
         engine=engine.name,
