@@ -38,12 +38,17 @@ class LocalStore(ObjectStore):
     def read(self, path: str) -> bytes:
         return self._io("get", path, self._path(path).read_bytes)
 
+    def _stage(self, path: str, data: bytes) -> tuple[Path, Path]:
+        """Write `data` to a private temp file beside `path`; return (temp, target)."""
+        target = self._path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+        tmp.write_bytes(data)
+        return tmp, target
+
     def write(self, path: str, data: bytes) -> None:
         def call() -> None:
-            target = self._path(path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-            tmp.write_bytes(data)
+            tmp, target = self._stage(path, data)
             os.replace(tmp, target)
 
         self._io("put", path, call)
@@ -53,10 +58,7 @@ class LocalStore(ObjectStore):
         # if the name exists, so exactly one racer wins and no reader sees a
         # half-written file.
         def call() -> None:
-            target = self._path(path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-            tmp.write_bytes(data)
+            tmp, target = self._stage(path, data)
             try:
                 os.link(tmp, target)
             finally:
