@@ -12,6 +12,7 @@ import pytest
 from memwal_core.demo import write_demo_table
 from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.service import merge
+from memwal_core.services.merge.spark_engine import STAGING_DIR
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
 from tests.support.model import ModelTable
@@ -25,7 +26,8 @@ def engine(request: pytest.FixtureRequest) -> MergeEngine:
         return LocalEngine()
     from memwal_core.services.merge.spark_engine import SparkEngine
 
-    return SparkEngine(request.getfixturevalue("spark"))
+    # Few rows per task, so even small tables are split over several key partitions.
+    return SparkEngine(request.getfixturevalue("spark"), min_rows_per_task=16)
 
 
 def progress(uri: str) -> dict[str, int]:
@@ -45,6 +47,7 @@ def test_demo_backlog_merges_to_the_model(tmp_path: Path, engine: MergeEngine) -
         assert region.merged_generation == region.flushed_generations[-1]
     rows = {r["id"]: (r["name"], r["score"]) for r in MemWalTable(uri).dataset().to_table().to_pylist()}
     assert rows == log.model()
+    assert not MemWalTable(uri).store.list_files(STAGING_DIR), "staged collapse output is left behind"
     assert sum(len(r.merged_generations) for r in result.regions) == sum(
         len(r.flushed_generations) for r in after.regions
     )
@@ -165,16 +168,17 @@ def test_payload_types_and_key_kinds(tmp_path: Path, engine: MergeEngine, key_fi
     table.assert_merged()
 
 
-def test_missing_generation_directory_stops_only_its_region(tmp_path: Path) -> None:
+def test_missing_generation_directory_stops_only_its_region(tmp_path: Path, engine: MergeEngine) -> None:
     uri = str(tmp_path / "t")
     log = write_demo_table(uri, base_rows=200, regions=2, rounds=2, rows_per_generation=20)
     broken, healthy = sorted(log.regions)
     with MemWalTable.open(uri) as table:
         manifest = table.region_store(broken).read_latest()
         shutil.rmtree(tmp_path / "t" / "_mem_wal" / broken / manifest.generations[1].path)
-        result = merge(table)
+        result = merge(table, engine=engine)
         after = progress(uri)
     assert [f.region for f in result.failures] == [broken]
+    assert result.failures[0].exit_code == 2, "a missing generation directory is bad input"
     assert f"generation {manifest.generations[1].generation}" in result.failures[0].error
     assert after[broken] == 0, "nothing of the broken region may be merged past the missing generation"
     assert after[healthy] > 0

@@ -73,7 +73,7 @@ def test_local_engine_matches_model(
 def test_spark_engine_matches_model(spark: Any) -> None:
     from memwal_core.services.merge.spark_engine import SparkEngine
 
-    engine = SparkEngine(spark)
+    engine = SparkEngine(spark, min_rows_per_task=8)
 
     @settings(
         max_examples=3,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -12,6 +13,7 @@ from typing import Any
 from memwal_core.demo import write_demo_table
 from memwal_core.format.proto import memwal_pb2 as pb
 from memwal_core.services.merge.service import merge
+from memwal_core.services.merge.spark_engine import STAGING_DIR, SparkEngine
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
 
@@ -51,6 +53,20 @@ def test_status_and_merge_on_s3(seaweed: Any) -> None:
     assert rows == log.model()
 
 
+def test_spark_merge_on_s3(seaweed: Any, spark: Any) -> None:
+    """Executors read generations from S3 and stage their output there; the staging is cleaned up."""
+    uri = f"s3://memwal-test/tables/{uuid.uuid4().hex}"
+    options = seaweed.storage_options()
+    log = write_demo_table(uri, options, base_rows=300, regions=2, rounds=2, rows_per_generation=30)
+    with MemWalTable.open(uri, options) as table:
+        result = merge(table, engine=SparkEngine(spark, min_rows_per_task=16))
+        assert not result.failures and result.generations_merged > 0
+        assert status(table).pending_total == 0
+        rows = {r["id"]: (r["name"], r["score"]) for r in table.dataset().to_table().to_pylist()}
+        assert not table.store.list_files(STAGING_DIR, recursive=True)
+    assert rows == log.model()
+
+
 def test_cli_on_s3_keeps_secrets_out_of_output(seaweed: Any) -> None:
     uri = f"s3://memwal-test/tables/{uuid.uuid4().hex}"
     options = seaweed.storage_options()
@@ -78,8 +94,9 @@ def test_cli_on_s3_keeps_secrets_out_of_output(seaweed: Any) -> None:
 
 
 def test_spark_merge_on_standalone_cluster(standalone_spark: Any, tmp_path: Path) -> None:
-    uri = str(tmp_path / "t")
-    log = write_demo_table(uri, base_rows=500, regions=2, rounds=3, rows_per_generation=50)
+    # A relative table path: the driver runs in tmp_path, the executors elsewhere.
+    uri = "t"
+    log = write_demo_table(str(tmp_path / uri), base_rows=500, regions=2, rounds=3, rows_per_generation=50)
     proc = subprocess.run(
         [
             sys.executable,
@@ -95,11 +112,15 @@ def test_spark_merge_on_standalone_cluster(standalone_spark: Any, tmp_path: Path
         ],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=tmp_path,
+        # Few rows per task: the region is split over several executor tasks.
+        env={**os.environ, "MEMWAL_SPARK_ROWS_PER_TASK": "40", "PYTHONPATH": str(ROOT)},
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     payload = json.loads(proc.stdout)
     assert payload["engine"] == "spark" and not payload["failures"]
-    rows = {r["id"]: (r["name"], r["score"]) for r in MemWalTable(uri).dataset().to_table().to_pylist()}
+    table = MemWalTable(str(tmp_path / uri))
+    rows = {r["id"]: (r["name"], r["score"]) for r in table.dataset().to_table().to_pylist()}
     assert rows == log.model()
+    assert not table.store.list_files(STAGING_DIR), "staged collapse output must be removed after the commit"

@@ -134,6 +134,13 @@ def join_path(*parts: str) -> str:
     return "/".join(p.strip("/") for p in parts if p.strip("/"))
 
 
+def absolute_uri(uri: str) -> str:
+    """`uri` with a local path made absolute, so another process (a Spark executor) finds it too."""
+    if "://" in uri:
+        return uri
+    return str(Path(uri).expanduser().absolute())
+
+
 def open_store(uri: str, options: StorageOptions | None = None) -> ObjectStore:
     """The store for a table URI: a local path, `file://...` or `s3://bucket/prefix`."""
     from memwal_core.storage.local import LocalStore

@@ -15,6 +15,7 @@ from typing import Any
 from memwal_core.errors import BadInputError, CorruptMetadataError, MemwalError, NotFoundError
 from memwal_core.format.naming import MEM_WAL_DIR
 from memwal_core.format.regions import RegionManifest
+from memwal_core.storage.object_store import absolute_uri
 from memwal_core.table import MemWalTable
 
 
@@ -30,8 +31,12 @@ class GenerationSource:
 
 @dataclass(frozen=True)
 class RegionMergePlan:
-    """The pending prefix of one region, in ascending generation order."""
+    """The pending prefix of one region, in ascending generation order.
 
+    `table_uri` is absolute: executors may run in another working directory.
+    """
+
+    table_uri: str
     region: str
     merged_before: int
     manifest_version: int
@@ -97,8 +102,10 @@ def region_plan(
         expected += 1
     if max_generations is not None:
         pending = pending[:max_generations]
-    base = f"{table.uri}/{MEM_WAL_DIR}/{manifest.region}"
+    table_uri = absolute_uri(table.uri)
+    base = f"{table_uri}/{MEM_WAL_DIR}/{manifest.region}"
     return RegionMergePlan(
+        table_uri=table_uri,
         region=manifest.region,
         merged_before=merged,
         manifest_version=manifest.version,

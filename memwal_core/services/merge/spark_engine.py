@@ -1,79 +1,148 @@
-"""The `spark` merge engine: executors read generations, Spark collapses.
+"""The `spark` merge engine: executors read and collapse, the driver only commits.
 
-One Spark task per flushed generation reads it with pylance inside
-`mapInArrow` (lance is imported on the executor) and tags every row with a
-sequence number, (generation ordinal << 40) + row, so "newest wins" is a max.
-Spark keeps the newest row per primary key; the driver collects the result
-(the commit's hash join needs the whole source anyway) and splits deletes
-from upserts exactly as the local engine does.
+The region's key space is split P ways by a hash of the primary key. Spark
+task p reads every pending generation with pylance (imported on the executor),
+keeps the rows whose key hashes to p, collapses them exactly as the local
+engine does (newest generation wins, tombstones split off), and stages its
+live rows and deleted keys as Lance files under `_memwal_staging/` in the
+table's own storage. Partitions are disjoint in keys, so the driver reads the
+staged files back and concatenates them: no row crosses the JVM, no shuffle.
+
+Why this shape: row data through Spark's JVM (mapInArrow output, a
+`groupBy` shuffle and a collect) cost 4-7x the local engine at 4M base rows
+and 32 generations; a full read of a generation is ~5x cheaper than a
+`take` of half its rows, so each task re-reads whole generations and filters.
+P is capped so a task gets at least `min_rows_per_task` rows: re-reading is
+cheap only while P stays small.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import math
+import os
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import pandas as pd
 import pyarrow as pa
 
-from memwal_core.services.merge.collapse import TOMBSTONE, Collapsed, split
+from memwal_core.errors import MemwalError, NotFoundError
+from memwal_core.services.merge.collapse import Collapsed, collapse_tables, conform, read_generation
 from memwal_core.services.merge.plan import RegionMergePlan
 from memwal_core.spark_session import spark_session
+from memwal_core.storage.object_store import ObjectStore, open_store
+from memwal_core.storage.options import StorageOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-SEQ = "__memwal_seq"
-ROW_BITS = 40
+STAGING_DIR = "_memwal_staging"
+# Fewest generation rows worth a Spark task (MEMWAL_SPARK_ROWS_PER_TASK overrides it).
+DEFAULT_ROWS_PER_TASK = 250_000
+# What each task reports back to the driver: one small row per key partition.
+TASK_RESULT_SCHEMA = (
+    "part long, rows_read long, bytes_read long, live_rows long, live_path string, "
+    "deleted_rows long, deleted_path string"
+)
 
 
-def _reader(
-    storage_options: dict[str, str], arrow_schema: pa.Schema, region: str
+class SparkMergeError(MemwalError):
+    """The Spark job collapsing a region failed (the first line of the executor's error)."""
+
+
+def key_partition(rows: pa.Table, primary_key: Sequence[str], partitions: int) -> pa.Array:
+    """Each row's key partition in [0, partitions): a hash every process computes alike."""
+    keys = pd.DataFrame({k: rows.column(k).to_pandas() for k in primary_key})
+    hashes = pd.util.hash_pandas_object(keys, index=False).to_numpy()
+    return pa.array(hashes % partitions)
+
+
+def _stage(uri: str, rows: pa.Table, storage_options: Mapping[str, str]) -> str:
+    from lance.file import LanceFileWriter
+
+    writer = LanceFileWriter(uri, rows.schema, storage_options=dict(storage_options) or None)
+    writer.write_batch(rows)
+    writer.close()
+    return uri
+
+
+def _unstage(uri: str, storage_options: Mapping[str, str]) -> pa.Table:
+    from lance.file import LanceFileReader
+
+    return LanceFileReader(uri, storage_options=dict(storage_options) or None).read_all().to_table()
+
+
+def _collapse_partitions(
+    plan: RegionMergePlan,
+    primary_key: tuple[str, ...],
+    base_schema: pa.Schema,
+    storage_options: Mapping[str, str],
+    partitions: int,
+    staging: str,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The executor-side function: read each assigned generation, tag rows, yield batches."""
+    """The executor-side function: collapse the assigned key partitions and stage the result."""
 
-    def read(sources: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import lance
-        import numpy as np
+    def run(parts: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
 
-        for batch in sources:
-            for ordinal, generation, uri in zip(
-                batch.column("ordinal").to_pylist(),
-                batch.column("generation").to_pylist(),
-                batch.column("uri").to_pylist(),
-                strict=True,
-            ):
-                try:
-                    dataset = lance.dataset(uri, storage_options=storage_options or None)
-                except (ValueError, OSError) as exc:
-                    raise OSError(
-                        f"region {region}: flushed generation {generation} at {uri} cannot be read"
-                    ) from exc
-                offset = 0
-                for rows in dataset.to_batches():
-                    seq = (np.int64(ordinal) << ROW_BITS) + np.arange(
-                        offset, offset + rows.num_rows, dtype=np.int64
-                    )
-                    offset += rows.num_rows
-                    arrays = [rows.column(f.name).cast(f.type) for f in arrow_schema if f.name != SEQ]
-                    yield pa.RecordBatch.from_arrays([*arrays, pa.array(seq)], schema=arrow_schema)
+        what = f"region {plan.region} generations {plan.generations[0].generation}..{plan.target_generation}"
+        for batch in parts:
+            for part in batch.column(0).to_pylist():
+                tables = []
+                for source in plan.generations:
+                    rows = read_generation(source, plan.region, storage_options)
+                    if partitions > 1:
+                        rows = rows.filter(pc.equal(key_partition(rows, primary_key, partitions), part))
+                    tables.append(rows)
+                live, deleted = collapse_tables(tables, primary_key, base_schema, what=what)
+                attempt = f"{staging}/{plan.region}-{uuid.uuid4().hex}-p{part}"
+                yield pa.RecordBatch.from_pylist(
+                    [
+                        {
+                            "part": part,
+                            "rows_read": sum(t.num_rows for t in tables),
+                            "bytes_read": sum(t.nbytes for t in tables),
+                            "live_rows": live.num_rows,
+                            "live_path": _stage(f"{attempt}-live.lance", live, storage_options),
+                            "deleted_rows": deleted.num_rows,
+                            "deleted_path": _stage(f"{attempt}-deleted.lance", deleted, storage_options),
+                        }
+                    ]
+                )
 
-    return read
+    return run
 
 
 class SparkEngine:
-    """Collapses on Spark: local[*] by default, or any master (standalone, cluster)."""
+    """Collapses on Spark executors: local[*] by default, or any master (standalone, cluster)."""
 
     name = "spark"
 
-    def __init__(self, spark: SparkSession | None = None, *, master: str | None = None) -> None:
+    def __init__(
+        self,
+        spark: SparkSession | None = None,
+        *,
+        master: str | None = None,
+        min_rows_per_task: int | None = None,
+    ) -> None:
         self._spark = spark
         self._master = master
+        self.min_rows_per_task = min_rows_per_task or int(
+            os.environ.get("MEMWAL_SPARK_ROWS_PER_TASK", DEFAULT_ROWS_PER_TASK)
+        )
 
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
             self._spark = spark_session(self._master)
         return self._spark
+
+    def partitions(self, plan: RegionMergePlan) -> int:
+        """How many key partitions (Spark tasks) the region's backlog is worth."""
+        rows = sum(g.physical_rows or 0 for g in plan.generations)
+        wanted = max(1, math.ceil(rows / self.min_rows_per_task))
+        return min(wanted, max(1, self.spark.sparkContext.defaultParallelism))
 
     def collapse(
         self,
@@ -82,33 +151,53 @@ class SparkEngine:
         base_schema: pa.Schema,
         storage_options: Mapping[str, str],
     ) -> Collapsed:
-        from pyspark.sql import functions as F
-        from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-
-        read_schema = pa.schema(
-            [
-                *(pa.field(f.name, f.type) for f in base_schema),
-                pa.field(TOMBSTONE, pa.bool_()),
-                pa.field(SEQ, pa.int64()),
-            ]
-        )
-        spark_schema = from_arrow_schema(read_schema)
-        wire_schema = to_arrow_schema(spark_schema)
-        sources = self.spark.createDataFrame(
-            [(i, g.generation, g.uri) for i, g in enumerate(plan.generations)],
-            "ordinal long, generation long, uri string",
-        ).repartition(len(plan.generations))
-        rows = sources.mapInArrow(_reader(dict(storage_options), wire_schema, plan.region), spark_schema)
-
-        payload = [c for c in read_schema.names if c not in primary_key]
-        newest = rows.groupBy(*primary_key).agg(F.max(F.struct(SEQ, *payload)).alias("w"))
-        winners = newest.select(*primary_key, *(F.col(f"w.{c}").alias(c) for c in payload if c != SEQ))
-        collected = winners.toArrow()
-        what = f"region {plan.region} generations {plan.generations[0].generation}..{plan.generations[-1].generation}"
-        live, deleted = split(collected, primary_key, base_schema, what=what, cast=True)
+        partitions = self.partitions(plan)
+        what = f"region {plan.region} generations {plan.generations[0].generation}..{plan.target_generation}"
+        store = open_store(plan.table_uri, StorageOptions(dict(storage_options)))
+        try:
+            _check_generations_exist(plan, store)
+            self.spark.sparkContext.setJobDescription(f"memwal merge: {what}")
+            parts = self.spark.range(0, partitions, 1, partitions).mapInArrow(
+                _collapse_partitions(
+                    plan, primary_key, base_schema, storage_options, partitions, store.describe(STAGING_DIR)
+                ),
+                TASK_RESULT_SCHEMA,
+            )
+            try:
+                results = parts.toArrow().to_pylist()
+            except Exception as exc:  # a Py4J/PySpark error wrapping the executor's traceback
+                raise SparkMergeError(f"{what}: Spark job failed: {_executor_error(exc)}") from exc
+            try:
+                live = [_unstage(r["live_path"], storage_options) for r in results]
+                deleted = [_unstage(r["deleted_path"], storage_options) for r in results]
+            finally:
+                # A driver killed before this leaves the files for the garbage collector.
+                staged = [str(r[k]) for r in results for k in ("live_path", "deleted_path")]
+                store.map(store.delete, [path[len(store.uri) + 1 :] for path in staged])
+        finally:
+            store.close()
+        key_schema = pa.schema([base_schema.field(k) for k in primary_key])
         return Collapsed(
-            live=live,
-            deleted_keys=deleted,
-            rows_read=sum(g.physical_rows or 0 for g in plan.generations),
-            bytes_read=sum(g.in_memory_bytes or 0 for g in plan.generations),
+            live=pa.concat_tables([conform(t, base_schema, what=what) for t in live]),
+            deleted_keys=pa.concat_tables([conform(t, key_schema, what=what) for t in deleted]),
+            rows_read=sum(r["rows_read"] for r in results),
+            bytes_read=sum(r["bytes_read"] for r in results),
         )
+
+
+def _check_generations_exist(plan: RegionMergePlan, store: ObjectStore) -> None:
+    """Refuse on the driver, as the local engine would, a listed generation whose directory is gone."""
+    prefix = len(plan.table_uri) + 1
+    present = store.map(store.is_dir, [g.uri[prefix:] for g in plan.generations])
+    for source, found in zip(plan.generations, present, strict=True):
+        if not found:
+            raise NotFoundError(
+                f"region {plan.region}: flushed generation {source.generation} at {source.uri} is missing"
+            )
+
+
+def _executor_error(exc: Exception) -> str:
+    """The most telling line of a Spark failure: the executor's own exception message."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    ours = [line for line in lines if "memwal_core.errors." in line or "Error: region " in line]
+    return (ours or lines or [type(exc).__name__])[-1][:300]
