@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from memwal_core.demo import write_demo_table
+from memwal_core.model.lease import LEASE_DIR
 from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
@@ -58,26 +59,40 @@ def test_two_mergers_at_the_same_moment(tmp_path: Path) -> None:
     print(f"stale re-plans observed: {replans}")
 
 
+def lease_records(uri: str) -> int:
+    """How many lease records merges have written so far (the highest record number per region)."""
+    root = Path(uri) / LEASE_DIR
+    if not root.is_dir():
+        return 0
+    return sum(max((int(p.stem) for p in d.glob("*.json")), default=0) for d in root.iterdir())
+
+
 def test_killed_merger_converges_on_rerun(tmp_path: Path) -> None:
+    """kill -9 at random moments after a merger took its first region (reading, collapsing, committing)."""
     uri = str(tmp_path / "t")
-    log = write_demo_table(uri, base_rows=2000, regions=2, rounds=8, rows_per_generation=200)
+    log = write_demo_table(uri, base_rows=4000, regions=2, rounds=8, rows_per_generation=1000)
     rng = random.Random(11)
     kills = 0
     for _ in range(8):
+        started_work = lease_records(uri)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "memwal_core.cli.main", "merge", uri, "--max-generations", "2"],
+            [sys.executable, "-m", "memwal_core.cli.main", "merge", uri, "--max-generations", "1"],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        time.sleep(rng.uniform(0.3, 2.0))
+        deadline = time.monotonic() + 120
+        while lease_records(uri) == started_work and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.3))
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             kills += 1
         proc.wait()
         with MemWalTable.open(uri) as table:
             status(table)  # the table stays readable after every kill
+    print(f"merger processes killed: {kills} of 8")
     assert kills >= 1
     with MemWalTable.open(uri) as table:
         result = merge(table)
