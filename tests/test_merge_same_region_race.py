@@ -50,7 +50,13 @@ def overlapping_mergers(path: Path, *, checked: bool) -> ModelTable:
             commit_checked(opened, y_handle, plan.primary_key, y_plan, y_source, use_index=False)
         else:
             commit_region(
-                y_handle, plan.primary_key, region, 2, y_source.live, y_source.deleted_keys, use_index=False
+                y_handle,
+                plan.primary_key,
+                region,
+                2,
+                y_source.open_live(),
+                y_source.deleted_keys,
+                use_index=False,
             )
         assert opened.index_details().merged_generation(region) == 2
     return table

@@ -9,7 +9,7 @@ the Spark engine must agree with.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -24,14 +24,32 @@ TOMBSTONE = "_tombstone"
 READ_THREADS = 8
 
 
+def _nothing_to_release() -> None:
+    """Rows held in memory need no clean-up."""
+
+
 @dataclass(frozen=True)
 class Collapsed:
-    """The merge source of one region: live rows to upsert, keys to delete."""
+    """The merge source of one region: live rows to upsert, keys to delete.
 
-    live: pa.Table
+    `open_live()` gives the live rows afresh for every commit attempt: a table
+    in memory (local engine) or a stream over files the Spark engine staged, so
+    the driver never holds a Spark merge's rows itself. `release()` removes
+    what was staged, once the region's commit is over.
+    """
+
+    live_rows: int
+    open_live: Callable[[], pa.Table | pa.RecordBatchReader]
     deleted_keys: pa.Table
     rows_read: int
     bytes_read: int
+    release: Callable[[], None] = _nothing_to_release
+
+    @classmethod
+    def in_memory(
+        cls, live: pa.Table, deleted_keys: pa.Table, *, rows_read: int, bytes_read: int
+    ) -> Collapsed:
+        return cls(live.num_rows, lambda: live, deleted_keys, rows_read, bytes_read)
 
 
 def read_generation(
@@ -112,9 +130,9 @@ def collapse_local(
         tables = list(pool.map(lambda g: read_generation(g, region, storage_options), generations))
     what = f"region {region} generations {generations[0].generation}..{generations[-1].generation}"
     live, deleted = collapse_tables(tables, primary_key, base_schema, what=what)
-    return Collapsed(
-        live=live,
-        deleted_keys=deleted,
+    return Collapsed.in_memory(
+        live,
+        deleted,
         rows_read=sum(t.num_rows for t in tables),
         bytes_read=sum(t.nbytes for t in tables),
     )

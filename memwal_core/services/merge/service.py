@@ -161,7 +161,7 @@ def commit_checked(
         primary_key,
         plan.region,
         plan.target_generation,
-        collapsed.live,
+        collapsed.open_live(),
         collapsed.deleted_keys,
         use_index=use_index,
     )
@@ -206,7 +206,7 @@ def merge_region(
             collapsed = engine.collapse(current, primary_key, dataset.schema, table.storage_options)
             collapsed_at = time.perf_counter()
             use_index = (
-                collapsed.live.num_rows + collapsed.deleted_keys.num_rows <= INDEXED_MERGE_MAX_ROWS
+                collapsed.live_rows + collapsed.deleted_keys.num_rows <= INDEXED_MERGE_MAX_ROWS
                 and has_key_index(dataset, primary_key)
             )
 
@@ -220,7 +220,7 @@ def merge_region(
                     table, table.dataset(), primary_key, target, collapsed, use_index=use_index
                 )
 
-            try:
+            try:  # from here on, the engine's staged output is released whatever happens
                 stats, version = retry.run(commit, _is_retryable_conflict)
             except StaleMergeError:
                 replans += 1
@@ -229,6 +229,8 @@ def merge_region(
                 log.info("region %s: another merger got there first; re-planning", current.region)
                 current = _replan_region(table, current.region, max_generations)
                 continue
+            finally:
+                collapsed.release()
             return RegionMergeResult(
                 region=current.region,
                 merged_generations=[g.generation for g in current.generations],
