@@ -15,7 +15,7 @@ import lance
 import pyarrow as pa
 import pytest
 from lance.file import LanceFileReader
-from lance.mem_wal import evaluate_sharding_spec
+from lance.mem_wal import CompactedSsTable, evaluate_sharding_spec
 
 from memwal_core.demo import DEMO_SCHEMA, write_demo_table
 from memwal_core.format.naming import parse_bitrev64, wal_entry_name
@@ -111,6 +111,18 @@ def test_file_snapshot_of_150_regions_and_hint_refresh(tmp_path: Path) -> None:
         for row in stored.rows:
             assert_row_matches_manifest(row, tmp_path / "t", 0)
             assert row.wal_entry_position_last_seen == 4 and row.version == 2
+
+        # Lance re-keys the MemWAL index at every commit that touches it; the file is still found.
+        lance.dataset(uri).merge_insert(
+            "id"
+        ).when_matched_update_all().when_not_matched_insert_all().mark_sstables_as_compacted(
+            [CompactedSsTable(regions[0], 1)]
+        ).execute(pa.table({"id": [2], "name": ["y"], "score": [2.0]}, schema=DEMO_SCHEMA))
+        later = table.index_details()
+        assert (
+            later.index_uuid != details.index_uuid and later.snapshot_ts_millis == details.snapshot_ts_millis
+        )
+        assert read_stored_snapshot(table, later).rows == stored.rows
 
         refreshed = build_snapshot(table, refresh_hints=True)
         assert len(refreshed.refreshed_hints) == 150
