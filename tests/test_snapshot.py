@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -17,6 +18,7 @@ import pytest
 from lance.file import LanceFileReader
 from lance.mem_wal import CompactedSsTable, evaluate_sharding_spec
 
+from memwal_core.cli.main import main
 from memwal_core.demo import DEMO_SCHEMA, write_demo_table
 from memwal_core.format.naming import parse_bitrev64, wal_entry_name
 from memwal_core.format.region_snapshot import RegionSnapshotRow
@@ -239,3 +241,19 @@ def test_unlocked_rewrite_is_caught_and_repaired(tmp_path: Path) -> None:
         assert merge(table).failures == []
         rows = {r["id"]: (r["name"], r["score"]) for r in table.dataset().to_table().to_pylist()}
     assert rows == log.model()
+
+
+def test_snapshot_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    uri = str(tmp_path / "t")
+    write_demo_table(uri, base_rows=30, regions=2, rounds=1, rows_per_generation=10)
+    assert main(["snapshot", uri, "--json", "--inline-threshold", "1"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["regions"] == 2 and payload["storage"] == "file" and payload["progress_repairs"] == []
+    assert (tmp_path / "t" / payload["path"]).is_file()
+    assert main(["snapshot", uri, "--inline-threshold", "-1"]) == 2
+    assert "--inline-threshold" in capsys.readouterr().err
+    lance.write_dataset(pa.table({"id": [1]}), str(tmp_path / "plain"))
+    assert main(["snapshot", str(tmp_path / "plain")]) == 2
+    assert "does not have MemWAL enabled" in capsys.readouterr().err
+    # Nothing was written for the refused runs: still one snapshot file.
+    assert len(os.listdir(tmp_path / "t" / "_indices")) == 1
