@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from pathlib import Path
 
@@ -11,10 +12,12 @@ import pyarrow as pa
 import pytest
 
 from memwal_core.cli.main import main
+from memwal_core.demo import write_demo_table
 from memwal_core.errors import NotFoundError
-from memwal_core.services.catchup import catchup, plan_catchup
+from memwal_core.services.catchup import CatchupResult, catchup, plan_catchup
 from memwal_core.services.merge.service import merge
 from memwal_core.table import MemWalTable
+from tests.support.tables import assert_progress_never_decreases, progress_history
 
 SCHEMA = pa.schema(
     [
@@ -104,3 +107,39 @@ def test_catchup_only_listed_indexes_and_cli(tmp_path: Path, capsys: pytest.Capt
     assert payload["indexes"][0]["lag_after"] == dict.fromkeys(merged, 0)
     assert main(["catchup", uri, "--index", "vec_idx"]) == 2
     assert "vec_idx" in capsys.readouterr().err
+
+
+def test_catchup_racing_merges_never_lowers_progress(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_demo_table(uri, base_rows=200, regions=2, rounds=8, rows_per_generation=20)
+    with MemWalTable.open(uri) as table:
+        table.dataset().create_scalar_index("score", "BTREE", name="score_idx")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    runs: list[CatchupResult] = []
+
+    def catcher() -> None:
+        with MemWalTable.open(uri) as table:
+            while not stop.is_set():
+                try:
+                    runs.append(catchup(table))
+                except BaseException as exc:
+                    errors.append(exc)
+                    return
+
+    thread = threading.Thread(target=catcher)
+    thread.start()
+    try:
+        with MemWalTable.open(uri) as table:
+            while merge(table, max_generations=1).regions:
+                pass
+    finally:
+        stop.set()
+        thread.join(timeout=600)
+    assert not errors, errors
+    assert sum(r.table_version > r.planned_at_version for r in runs) >= 2
+    assert_progress_never_decreases(progress_history(uri))
+    with MemWalTable.open(uri) as table:
+        catchup(table)
+        details = table.index_details()
+        assert details.index_catchup["score_idx"] == details.merged
