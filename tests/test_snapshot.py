@@ -22,6 +22,7 @@ from memwal_core.cli.main import main
 from memwal_core.demo import DEMO_SCHEMA, write_demo_table
 from memwal_core.format.naming import parse_bitrev64, wal_entry_name
 from memwal_core.format.region_snapshot import RegionSnapshotRow
+from memwal_core.model.details_lease import details_lease
 from memwal_core.services.merge.service import merge
 from memwal_core.services.snapshot.details_commit import (
     progress_regressions,
@@ -257,3 +258,24 @@ def test_snapshot_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "does not have MemWAL enabled" in capsys.readouterr().err
     # Nothing was written for the refused runs: still one snapshot file.
     assert len(os.listdir(tmp_path / "t" / "_indices")) == 1
+
+
+def test_merge_commit_waits_for_the_details_lease(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_demo_table(uri, base_rows=30, regions=1, rounds=1, rows_per_generation=10)
+    merged: list[int] = []
+
+    def merger() -> None:
+        with MemWalTable.open(uri) as table:
+            merged.append(merge(table).generations_merged)
+
+    with MemWalTable.open(uri) as table, details_lease(table.store):
+        thread = threading.Thread(target=merger)
+        thread.start()
+        time.sleep(2.0)
+        # The merger collapsed its generation but may not commit while the snapshot builder's lease is held.
+        assert thread.is_alive() and table.index_details().merged == {}
+    thread.join(timeout=300)
+    assert len(merged) == 1 and merged[0] >= 1
+    with MemWalTable.open(uri) as table:
+        assert status(table).pending_total == 0
