@@ -101,6 +101,10 @@ def test_catchup_only_listed_indexes_and_cli(tmp_path: Path, capsys: pytest.Capt
     with MemWalTable.open(uri) as table:
         merge(table)
         merged = table.index_details().merged
+    assert main(["catchup", uri, "--json", "--dry-run"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["dry_run"] and planned["plan"]["indexes"] == {"val_idx": merged}
+    assert planned["table_version"] == planned["planned_at_version"] == lance.dataset(uri).version
     assert main(["catchup", uri, "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert [r["index"] for r in payload["indexes"]] == ["val_idx"]

@@ -86,7 +86,7 @@ def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 
 
 def _cmd_catchup(args: argparse.Namespace, table: MemWalTable) -> Outcome:
-    result = catchup(table, indexes=args.index or None, rebuild=args.rebuild)
+    result = catchup(table, indexes=args.index or None, rebuild=args.rebuild, dry_run=args.dry_run)
     return result.to_json(), result.to_text(), 0
 
 
@@ -154,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--index", action="append", default=[], metavar="NAME", help="only this index (repeatable)"
     )
     p.add_argument("--rebuild", action="store_true", help="retrain lagging indexes instead of extending them")
+    p.add_argument("--dry-run", action="store_true", help="only measure each index's lag")
     p.set_defaults(run=_cmd_catchup)
 
     p = sub.add_parser("snapshot", parents=[common], help="build the MemWAL index region snapshot")

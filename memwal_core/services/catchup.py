@@ -110,20 +110,29 @@ class CatchupResult:
     table_version: int
     indexes: list[IndexCatchupResult]
     seconds_total: float
+    dry_run: bool = False
     plan: CatchupPlan | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        payload = {
             "table": self.table,
+            "dry_run": self.dry_run,
             "planned_at_version": self.planned_at_version,
             "table_version": self.table_version,
             "indexes": [r.to_json() for r in self.indexes],
             "missing_indexes": list(self.plan.missing) if self.plan else [],
             "seconds_total": round(self.seconds_total, 4),
         }
+        if self.dry_run and self.plan is not None:
+            payload["plan"] = self.plan.to_json()
+        return payload
 
     def to_text(self) -> str:
         lines = [f"catch-up of {self.table}: table v{self.planned_at_version} -> v{self.table_version}"]
+        if self.dry_run and self.plan is not None:
+            lines[0] += " [dry run]"
+            for p in self.plan.indexes:
+                lines.append(f"  {p.index}  lag {sum(lag for _r, lag in p.lag)} generation(s)")
         for r in self.indexes:
             before, after = sum(r.lag_before.values()), sum(r.lag_after.values())
             lines.append(
@@ -171,12 +180,13 @@ def _caught_up(details: IndexDetails, index: str, merged: dict[str, int]) -> boo
 
 
 def catchup(
-    table: MemWalTable, *, indexes: Iterable[str] | None = None, rebuild: bool = False
+    table: MemWalTable, *, indexes: Iterable[str] | None = None, rebuild: bool = False, dry_run: bool = False
 ) -> CatchupResult:
     """Bring every maintained index (or the named ones) level with merge progress.
 
     `rebuild` retrains the lagging indexes from the data instead of adding
     the merged fragments to them (better recall after a shift in the data).
+    `dry_run` only measures the lag.
 
     Raises CatchupError if an index is still behind the progress read before
     the update after both an incremental update and a rebuild.
@@ -191,6 +201,8 @@ def catchup(
     behind = [p for p in plan.indexes if p.behind]
     results: list[IndexCatchupResult] = []
     version = plan.table_version
+    if dry_run:
+        return CatchupResult(table.uri, version, version, [], time.perf_counter() - started, True, plan)
     if behind:
         names = [p.index for p in behind]
         details = _update(table, names, retrain=rebuild)

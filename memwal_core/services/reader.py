@@ -14,7 +14,7 @@ no region manifest is read).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from memwal_core.errors import NotFoundError
 from memwal_core.services.catchup import maintained_indexes
@@ -45,15 +45,6 @@ class ReadPlan:
     index: str | None
     source: str
     regions: tuple[RegionRead, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table_uri,
-            "table_version": self.table_version,
-            "index": self.index,
-            "source": self.source,
-            "regions": {r.region: [g for g, _p in r.generations] for r in self.regions},
-        }
 
 
 def plan_read(table: MemWalTable, *, index: str | None = None, from_snapshot: bool = False) -> ReadPlan:

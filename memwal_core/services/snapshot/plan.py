@@ -30,14 +30,6 @@ class SnapshotPlan:
         """Small snapshots go inline in the index details; larger ones to their own file."""
         return len(self.regions) <= self.inline_threshold
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table_uri,
-            "regions": len(self.regions),
-            "storage": "inline" if self.inline else "file",
-            "stale_wal_hints": list(self.stale_wal_hints),
-        }
-
 
 def snapshot_row(
     manifest: RegionManifest, wal_position: int, field_types: dict[str, Any]
