@@ -83,7 +83,7 @@ class CatchupPlan:
 
 @dataclass(frozen=True)
 class IndexCatchupResult:
-    """What catch-up did for one index."""
+    """What catch-up did for one index (`seconds`: the update that covered it; lagging indexes share one)."""
 
     index: str
     method: str
