@@ -279,3 +279,30 @@ def test_merge_commit_waits_for_the_details_lease(tmp_path: Path) -> None:
     assert len(merged) == 1 and merged[0] >= 1
     with MemWalTable.open(uri) as table:
         assert status(table).pending_total == 0
+
+
+def test_hint_refresh_beside_a_live_lance_writer(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    base = pa.table({"id": [0], "name": ["b"], "score": [0.0]}, schema=DEMO_SCHEMA)
+    lance.write_dataset(base, uri).initialize_mem_wal()
+    region = str(uuid.uuid4())
+    model = {0: ("b", 0.0)}
+    with MemWalTable.open(uri) as table:
+        with lance.dataset(uri).mem_wal_writer(region, max_memtable_rows=10, durable_write=True) as writer:
+            for key in range(1, 26):
+                writer.put(
+                    pa.table({"id": [key], "name": [f"n{key}"], "score": [float(key)]}, schema=DEMO_SCHEMA)
+                )
+                model[key] = (f"n{key}", float(key))
+                if key in (5, 15):
+                    # WAL entries the writer's hint (updated at MemTable flushes) does not know yet.
+                    before = table.region_store(region).read_latest()
+                    assert build_snapshot(table, refresh_hints=True).refreshed_hints == [region]
+                    after = table.region_store(region).read_latest()
+                    assert after.version == before.version + 1 and after.writer_epoch == before.writer_epoch
+                    assert after.wal_entry_position_last_seen == wal_positions(tmp_path / "t", region)[-1]
+        # The writer went on over our manifest versions: same epoch, every flush listed, no row lost.
+        final = table.region_store(region).read_latest()
+        assert final.writer_epoch == 1 and final.generation_numbers == [1, 2, 3]
+        assert merge(table).failures == []
+        assert {r["id"]: (r["name"], r["score"]) for r in table.dataset().to_table().to_pylist()} == model
