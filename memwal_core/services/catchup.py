@@ -140,7 +140,7 @@ class CatchupResult:
             )
         for name in self.plan.missing if self.plan else ():
             lines.append(f"  {name}  listed as maintained but not on the table")
-        if not self.indexes:
+        if self.plan is not None and not self.plan.indexes:
             lines.append("  no maintained index")
         return "\n".join(lines)
 
