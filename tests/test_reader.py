@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import lance
 import pyarrow as pa
 import pytest
 
 from memwal_core.demo import write_demo_table
-from memwal_core.errors import NotFoundError
+from memwal_core.errors import CorruptMetadataError, NotFoundError
 from memwal_core.services.catchup import catchup
 from memwal_core.services.merge.service import merge
 from memwal_core.services.reader import ReadPlan, lsm_scanner, plan_read, point_lookup
@@ -89,3 +90,10 @@ def test_reader_equals_model_at_every_merge_stage(tmp_path: Path, lagging_index:
             assert_reads_equal_model(table, plan_read(table, index=index), model, probes)
         with pytest.raises(NotFoundError, match="no_such_idx"):
             plan_read(table, index="no_such_idx")
+
+
+def test_reader_refuses_a_table_without_primary_key(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    lance.write_dataset(pa.table({"id": pa.array([1], pa.int64())}), uri).initialize_mem_wal()
+    with MemWalTable.open(uri) as table, pytest.raises(CorruptMetadataError, match="no primary key"):
+        plan_read(table)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from memwal_core.errors import NotFoundError
+from memwal_core.errors import CorruptMetadataError, NotFoundError
 from memwal_core.services.catchup import maintained_indexes
 from memwal_core.services.snapshot.stored import read_stored_snapshot
 from memwal_core.table import MemWalTable
@@ -50,6 +50,8 @@ class ReadPlan:
 def plan_read(table: MemWalTable, *, index: str | None = None, from_snapshot: bool = False) -> ReadPlan:
     """Which generations of which regions a read must add to the base table at its latest version."""
     details = table.index_details(table.dataset().version)
+    if not table.primary_key:
+        raise CorruptMetadataError(f"table {table.uri} has no primary key; MemWAL-aware reads need one")
     if index is not None and index not in maintained_indexes(table, details)[0]:
         raise NotFoundError(f"table {table.uri} has no index {index!r} maintained by the MemWAL")
     caught_up = details.index_catchup.get(index, {}) if index is not None else None
