@@ -56,3 +56,7 @@ class AlreadyExistsError(ConflictError):
 
 class FencedError(ConflictError):
     """A newer writer claimed the region; this writer must stop."""
+
+
+class CatchupError(MemwalError):
+    """An index did not catch up with merge progress although Lance reported its update done."""

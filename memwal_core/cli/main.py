@@ -18,9 +18,12 @@ from typing import Any
 from memwal_core.cli.progress import RegionProgress
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import MemwalError
+from memwal_core.services.catchup import catchup
 from memwal_core.services.initialize import RegionSpecChoice, initialize
 from memwal_core.services.merge.engine import make_engine
 from memwal_core.services.merge.service import merge
+from memwal_core.services.snapshot.plan import DEFAULT_INLINE_THRESHOLD
+from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
 from memwal_core.storage.options import StorageOptions
 from memwal_core.table import MemWalTable
@@ -82,6 +85,16 @@ def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     return result.to_json(), result.to_text(), code
 
 
+def _cmd_catchup(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    result = catchup(table, indexes=args.index or None, rebuild=args.rebuild, dry_run=args.dry_run)
+    return result.to_json(), result.to_text(), 0
+
+
+def _cmd_snapshot(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    result = build_snapshot(table, inline_threshold=args.inline_threshold, refresh_hints=args.refresh_hints)
+    return result.to_json(), result.to_text(), 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("table", help="table URI: a path, file://... or s3://bucket/prefix")
@@ -133,6 +146,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.set_defaults(run=_cmd_merge)
+
+    p = sub.add_parser(
+        "catchup", parents=[common], help="bring base-table indexes up to date with merged data"
+    )
+    p.add_argument(
+        "--index", action="append", default=[], metavar="NAME", help="only this index (repeatable)"
+    )
+    p.add_argument("--rebuild", action="store_true", help="retrain lagging indexes instead of extending them")
+    p.add_argument("--dry-run", action="store_true", help="only measure each index's lag")
+    p.set_defaults(run=_cmd_catchup)
+
+    p = sub.add_parser("snapshot", parents=[common], help="build the MemWAL index region snapshot")
+    p.add_argument(
+        "--inline-threshold",
+        type=int,
+        default=DEFAULT_INLINE_THRESHOLD,
+        metavar="N",
+        help=f"store the snapshot inline up to N regions, else in its own file (default {DEFAULT_INLINE_THRESHOLD})",
+    )
+    p.add_argument(
+        "--refresh-hints",
+        action="store_true",
+        help="also refresh stale WAL position hints in region manifests (best effort, same epoch)",
+    )
+    p.set_defaults(run=_cmd_snapshot)
 
     p = sub.add_parser(
         "demo", parents=[common], help="create a demo MemWAL table with a backlog, then show it"

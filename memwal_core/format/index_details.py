@@ -36,6 +36,8 @@ class IndexDetails:
     snapshot_ts_millis: int
     has_inline_snapshot: bool
     raw: bytes = field(repr=False, compare=False)
+    # The id of the `__lance_mem_wal` index; an external region snapshot lives under `_indices/{index_uuid}/`.
+    index_uuid: str = ""
 
     def merged_generation(self, region: str) -> int:
         """Highest merged generation of `region`, 0 if none was merged."""
@@ -77,7 +79,7 @@ def _progress(entries: object, *, where: str) -> dict[str, int]:
     return progress
 
 
-def decode_details(payload: bytes, *, table_version: int, where: str) -> IndexDetails:
+def decode_details(payload: bytes, *, table_version: int, where: str, index_uuid: str = "") -> IndexDetails:
     """Decode a `MemWalIndexDetails` message."""
     details = pb.MemWalIndexDetails()
     try:
@@ -96,6 +98,7 @@ def decode_details(payload: bytes, *, table_version: int, where: str) -> IndexDe
         snapshot_ts_millis=details.snapshot_ts_millis,
         has_inline_snapshot=details.HasField("inline_snapshots"),
         raw=payload,
+        index_uuid=index_uuid,
     )
 
 
@@ -123,5 +126,10 @@ def read_index_details(manifest: bytes, *, where: str) -> IndexDetails | None:
         type_url = index.index_details.type_url
         if type_url.rsplit("/", 1)[-1] != MEM_WAL_DETAILS_TYPE_URL.lstrip("/"):
             raise CorruptMetadataError(f"{MEM_WAL_INDEX_NAME} in {where} has details of type {type_url!r}")
-        return decode_details(index.index_details.value, table_version=table.version, where=where)
+        return decode_details(
+            index.index_details.value,
+            table_version=table.version,
+            where=where,
+            index_uuid=uuid_to_str(index.uuid, what=f"{MEM_WAL_INDEX_NAME} in {where}"),
+        )
     return None

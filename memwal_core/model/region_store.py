@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 
 from memwal_core.errors import CorruptMetadataError, NotFoundError, StorageError
 from memwal_core.format.naming import (
@@ -24,6 +25,39 @@ from memwal_core.storage.object_store import ObjectStore
 
 FIRST_PROBE_BATCH = 4
 MAX_PROBE_BATCH = 64
+
+
+def probe_run_end(
+    store: ObjectStore, path_of: Callable[[int], str], start: int, *, what: str, where: str
+) -> int:
+    """The last number of the unbroken run of objects `path_of(n)` after `start` (`start` if none).
+
+    Probes with HEAD requests, first one, then growing parallel batches.
+    Raises CorruptMetadataError when a batch shows a missing number followed
+    by an existing one: a gap hides the later objects from every reader,
+    Lance's included.
+    """
+    if not store.exists(path_of(start + 1)):
+        return start
+    latest = start + 1
+    batch = FIRST_PROBE_BATCH
+    while True:
+        candidates = list(range(latest + 1, latest + 1 + batch))
+        found = store.exists_many([path_of(n) for n in candidates])
+        if all(found):
+            latest = candidates[-1]
+            batch = min(batch * 2, MAX_PROBE_BATCH)
+            continue
+        first_missing = found.index(False)
+        missing = candidates[first_missing]
+        # The probe has already gone past a stale hint, so one more HEAD
+        # is cheap insurance that the run really ends here.
+        after = found[first_missing + 1 :] or [store.exists(path_of(missing + 1))]
+        if any(after):
+            raise CorruptMetadataError(
+                f"{what} {missing} is missing but later ones exist ({store.describe(where)})"
+            )
+        return missing - 1
 
 
 class RegionManifestStore:
@@ -55,34 +89,10 @@ class RegionManifestStore:
         return version if isinstance(version, int) and version >= 1 else None
 
     def _probe_from(self, version: int) -> int:
-        """The last version of the unbroken run that starts after `version`.
-
-        Raises CorruptMetadataError when a probe batch shows a missing version
-        followed by an existing one: a gap hides the later versions from every
-        reader, Lance's included.
-        """
-        if not self.store.exists(self.path(version + 1)):
-            return version
-        latest = version + 1
-        batch = FIRST_PROBE_BATCH
-        while True:
-            candidates = list(range(latest + 1, latest + 1 + batch))
-            found = self.store.exists_many([self.path(v) for v in candidates])
-            if all(found):
-                latest = candidates[-1]
-                batch = min(batch * 2, MAX_PROBE_BATCH)
-                continue
-            first_missing = found.index(False)
-            missing = candidates[first_missing]
-            # The probe has already gone past a stale hint, so one more HEAD
-            # is cheap insurance that the run really ends here.
-            after = found[first_missing + 1 :] or [self.store.exists(self.path(missing + 1))]
-            if any(after):
-                raise CorruptMetadataError(
-                    f"region {self.region} manifest version {missing} is missing but later versions exist "
-                    f"({self.store.describe(self.dir)})"
-                )
-            return candidates[first_missing] - 1
+        """The last version of the unbroken run that starts after `version`."""
+        return probe_run_end(
+            self.store, self.path, version, what=f"region {self.region} manifest version", where=self.dir
+        )
 
     def read_latest(self) -> RegionManifest:
         """The newest manifest; NotFoundError if the region has none."""

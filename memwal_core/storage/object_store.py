@@ -22,6 +22,7 @@ from memwal_core.errors import NotFoundError
 from memwal_core.storage.options import StorageOptions
 
 T = TypeVar("T")
+_POOL_PREFIX = "memwal-io"
 R = TypeVar("R")
 
 
@@ -69,12 +70,17 @@ class ObjectStore(ABC):
         self._pool_lock = threading.Lock()
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-        """Apply `fn` to items concurrently (I/O-bound), keeping their order."""
-        if len(items) <= 1:
+        """Apply `fn` to items concurrently (I/O-bound), keeping their order.
+
+        A call from one of the pool's own threads (e.g. a HEAD probe inside a
+        per-region task) runs in that thread: waiting on the same pool from
+        inside it deadlocks once every thread waits.
+        """
+        if len(items) <= 1 or threading.current_thread().name.startswith(_POOL_PREFIX):
             return [fn(item) for item in items]
         with self._pool_lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.parallelism, thread_name_prefix="memwal-io")
+                self._pool = ThreadPoolExecutor(self.parallelism, thread_name_prefix=_POOL_PREFIX)
         return list(self._pool.map(fn, items))
 
     def exists_many(self, paths: Sequence[str]) -> list[bool]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memwal_core.errors import MemwalError
+from memwal_core.model.details_lease import details_lease
 from memwal_core.model.lease import Lease, LeaseBusyError
 from memwal_core.services.merge.collapse import Collapsed
 from memwal_core.services.merge.commit import (
@@ -216,9 +217,11 @@ def merge_region(
                 use_index: bool = use_index,
             ) -> tuple[dict[str, int], int]:
                 lease.ensure()
-                return commit_checked(
-                    table, table.dataset(), primary_key, target, collapsed, use_index=use_index
-                )
+                # The snapshot builder rewrites the progress this commit records: never both at once.
+                with details_lease(table.store, ttl=lease_ttl):
+                    return commit_checked(
+                        table, table.dataset(), primary_key, target, collapsed, use_index=use_index
+                    )
 
             try:  # from here on, the engine's staged output is released whatever happens
                 stats, version = retry.run(commit, _is_retryable_conflict)

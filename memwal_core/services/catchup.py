@@ -1,0 +1,239 @@
+"""`catchup`: bring the base-table indexes the MemWAL maintains up to date with merged data.
+
+An index is caught up for a region when Lance records, in the MemWAL index
+details, that it covers that region's merged generations (`index_catchup`;
+Lance derives it at every commit from the indexes' fragment coverage). Lag
+per region is merged minus caught up (an index missing from the record is
+not caught up at all). An incremental `optimize_indices` adds the merged
+fragments to an index; where that does not bring it level, the index is
+retrained from the data (a rebuild). Either way we re-read the details
+afterwards and fail loudly if catch-up did not reach the progress we read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from memwal_core.errors import CatchupError, NotFoundError
+from memwal_core.format.index_details import IndexDetails
+from memwal_core.format.naming import MEM_WAL_INDEX_NAME
+from memwal_core.table import MemWalTable
+
+Lag = dict[str, int]
+
+
+def index_lag(details: IndexDetails, index: str) -> Lag:
+    """Per merged region: merged generation minus the generation `index` has caught up to."""
+    caught_up = details.index_catchup.get(index, {})
+    return {
+        region: merged - caught_up.get(region, 0)
+        for region, merged in sorted(details.merged.items())
+        if merged > 0
+    }
+
+
+def maintained_indexes(table: MemWalTable, details: IndexDetails) -> tuple[list[str], list[str]]:
+    """The indexes the MemWAL keeps up to date, and the listed ones the table no longer has.
+
+    `maintain_all_indexes` means every index on the table; otherwise the
+    details list them (a listed index may have been dropped since).
+    """
+    existing = {d.name for d in table.dataset(details.table_version).describe_indices()} - {
+        MEM_WAL_INDEX_NAME
+    }
+    if details.maintain_all_indexes:
+        return sorted(existing), []
+    listed = set(details.maintained_indexes)
+    return sorted(listed & existing), sorted(listed - existing)
+
+
+@dataclass(frozen=True)
+class IndexCatchupPlan:
+    """One maintained index and its lag at the planned table version."""
+
+    index: str
+    lag: tuple[tuple[str, int], ...]
+
+    @property
+    def behind(self) -> bool:
+        return any(lag > 0 for _region, lag in self.lag)
+
+
+@dataclass(frozen=True)
+class CatchupPlan:
+    """Which indexes to bring up to date, read at one table version."""
+
+    table_uri: str
+    table_version: int
+    merged: tuple[tuple[str, int], ...]
+    indexes: tuple[IndexCatchupPlan, ...]
+    missing: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table_uri,
+            "table_version": self.table_version,
+            "indexes": {p.index: dict(p.lag) for p in self.indexes},
+            "missing_indexes": list(self.missing),
+        }
+
+
+@dataclass(frozen=True)
+class IndexCatchupResult:
+    """What catch-up did for one index (`seconds`: the update that covered it; lagging indexes share one)."""
+
+    index: str
+    method: str
+    lag_before: Lag
+    lag_after: Lag
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "method": self.method,
+            "lag_before": self.lag_before,
+            "lag_after": self.lag_after,
+            "seconds": round(self.seconds, 4),
+        }
+
+
+@dataclass(frozen=True)
+class CatchupResult:
+    """The outcome of one catch-up run over a table."""
+
+    table: str
+    planned_at_version: int
+    table_version: int
+    indexes: list[IndexCatchupResult]
+    seconds_total: float
+    dry_run: bool = False
+    plan: CatchupPlan | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        payload = {
+            "table": self.table,
+            "dry_run": self.dry_run,
+            "planned_at_version": self.planned_at_version,
+            "table_version": self.table_version,
+            "indexes": [r.to_json() for r in self.indexes],
+            "missing_indexes": list(self.plan.missing) if self.plan else [],
+            "seconds_total": round(self.seconds_total, 4),
+        }
+        if self.dry_run and self.plan is not None:
+            payload["plan"] = self.plan.to_json()
+        return payload
+
+    def to_text(self) -> str:
+        lines = [f"catch-up of {self.table}: table v{self.planned_at_version} -> v{self.table_version}"]
+        if self.dry_run and self.plan is not None:
+            lines[0] += " [dry run]"
+            for p in self.plan.indexes:
+                lines.append(f"  {p.index}  lag {sum(lag for _r, lag in p.lag)} generation(s)")
+        for r in self.indexes:
+            before, after = sum(r.lag_before.values()), sum(r.lag_after.values())
+            lines.append(
+                f"  {r.index}  {r.method}  lag {before} -> {after} generation(s)  ({r.seconds:.2f} s)"
+            )
+        for name in self.plan.missing if self.plan else ():
+            lines.append(f"  {name}  listed as maintained but not on the table")
+        if self.plan is not None and not self.plan.indexes:
+            lines.append("  no maintained index")
+        return "\n".join(lines)
+
+
+def plan_catchup(table: MemWalTable, *, indexes: Iterable[str] | None = None) -> CatchupPlan:
+    """Measure the lag of every maintained index (or of the named ones)."""
+    dataset = table.dataset()
+    details = table.index_details(dataset.version)
+    maintained, missing = maintained_indexes(table, details)
+    wanted = sorted(set(indexes)) if indexes is not None else maintained
+    unknown = [name for name in wanted if name not in maintained]
+    if unknown:
+        raise NotFoundError(
+            f"table {table.uri} has no index {unknown[0]!r} maintained by the MemWAL "
+            f"(maintained: {', '.join(maintained) or 'none'})"
+        )
+    return CatchupPlan(
+        table.uri,
+        details.table_version,
+        tuple(sorted(details.merged.items())),
+        tuple(IndexCatchupPlan(name, tuple(index_lag(details, name).items())) for name in wanted),
+        tuple(missing),
+    )
+
+
+def _update(table: MemWalTable, names: list[str], *, retrain: bool) -> IndexDetails:
+    """Run Lance's index update on `names`; the details of the version it left the table at."""
+    dataset = table.dataset()
+    dataset.optimize.optimize_indices(index_names=names, retrain=retrain)
+    return table.index_details(table.dataset().version)
+
+
+def _caught_up(details: IndexDetails, index: str, merged: dict[str, int]) -> bool:
+    """Whether `index` covers at least the progress `merged` the update started from."""
+    caught_up = details.index_catchup.get(index, {})
+    return all(caught_up.get(region, 0) >= generation for region, generation in merged.items())
+
+
+def catchup(
+    table: MemWalTable, *, indexes: Iterable[str] | None = None, rebuild: bool = False, dry_run: bool = False
+) -> CatchupResult:
+    """Bring every maintained index (or the named ones) level with merge progress.
+
+    `rebuild` retrains the lagging indexes from the data instead of adding
+    the merged fragments to them (better recall after a shift in the data).
+    `dry_run` only measures the lag.
+
+    Raises CatchupError if an index is still behind the progress read before
+    the update after both an incremental update and a rebuild.
+
+    Example:
+        >>> with MemWalTable.open("demo/table") as table:  # doctest: +SKIP
+        ...     print(catchup(table).to_json()["indexes"])
+    """
+    started = time.perf_counter()
+    plan = plan_catchup(table, indexes=indexes)
+    merged = dict(plan.merged)
+    behind = [p for p in plan.indexes if p.behind]
+    results: list[IndexCatchupResult] = []
+    version = plan.table_version
+    if dry_run:
+        return CatchupResult(table.uri, version, version, [], time.perf_counter() - started, True, plan)
+    if behind:
+        names = [p.index for p in behind]
+        details = _update(table, names, retrain=rebuild)
+        method = dict.fromkeys(names, "rebuild" if rebuild else "optimize")
+        still = [name for name in names if not _caught_up(details, name, merged)]
+        if still and not rebuild:
+            details = _update(table, still, retrain=True)
+            method.update(dict.fromkeys(still, "rebuild"))
+        failed = [name for name in names if not _caught_up(details, name, merged)]
+        if failed:
+            raise CatchupError(
+                f"table {table.uri}: index {failed[0]!r} did not catch up to merge progress of version "
+                f"{plan.table_version} after an update and a rebuild (lag now "
+                f"{index_lag(details, failed[0])})"
+            )
+        version = details.table_version
+        elapsed = time.perf_counter() - started
+        results = [
+            IndexCatchupResult(p.index, method[p.index], dict(p.lag), index_lag(details, p.index), elapsed)
+            for p in behind
+        ]
+    results += [
+        IndexCatchupResult(p.index, "none", dict(p.lag), dict(p.lag), 0.0)
+        for p in plan.indexes
+        if not p.behind
+    ]
+    return CatchupResult(
+        table=table.uri,
+        planned_at_version=plan.table_version,
+        table_version=version,
+        indexes=sorted(results, key=lambda r: r.index),
+        seconds_total=time.perf_counter() - started,
+        plan=plan,
+    )

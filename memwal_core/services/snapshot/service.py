@@ -1,0 +1,204 @@
+"""`snapshot`: write the MemWAL index region snapshot, without ever losing merge progress.
+
+Plan (read every region, outside any lock), then under the index-details
+lease: re-read merge progress, encode the rows as a Lance file (inline in
+the details up to a threshold of regions, else `_indices/{uuid}/index.lance`),
+commit the details with progress carried over unchanged, and verify that no
+region's progress went down, repairing it if it did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from memwal_core.errors import AlreadyExistsError, StorageError
+from memwal_core.format.region_snapshot import FILE_NAME, encode, region_field_types, to_arrow
+from memwal_core.model.details_lease import DEFAULT_DETAILS_LEASE_TTL, details_lease
+from memwal_core.services.snapshot.details_commit import (
+    ProgressRepair,
+    progress_regressions,
+    repair_progress,
+    rewrite_details,
+)
+from memwal_core.services.snapshot.plan import DEFAULT_INLINE_THRESHOLD, SnapshotPlan, plan_snapshot
+from memwal_core.table import MemWalTable
+
+log = logging.getLogger(__name__)
+
+INDICES_DIR = "_indices"
+
+
+def snapshot_file_path(index_uuid: str) -> str:
+    """Where an external region snapshot lives, relative to the table."""
+    return f"{INDICES_DIR}/{index_uuid}/{FILE_NAME}"
+
+
+@dataclass(frozen=True)
+class SnapshotResult:
+    """What one snapshot build wrote."""
+
+    table: str
+    table_version: int
+    read_version: int
+    regions: int
+    storage: str
+    path: str | None
+    snapshot_bytes: int
+    snapshot_ts_millis: int
+    stale_wal_hints: int
+    refreshed_hints: list[str]
+    repairs: list[ProgressRepair]
+    seconds_read: float
+    seconds_commit: float
+    seconds_total: float
+    requests: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "table_version": self.table_version,
+            "read_version": self.read_version,
+            "regions": self.regions,
+            "storage": self.storage,
+            "path": self.path,
+            "snapshot_bytes": self.snapshot_bytes,
+            "snapshot_ts_millis": self.snapshot_ts_millis,
+            "stale_wal_hints": self.stale_wal_hints,
+            "refreshed_hints": self.refreshed_hints,
+            "progress_repairs": [dataclasses.asdict(r) for r in self.repairs],
+            "seconds_read": round(self.seconds_read, 4),
+            "seconds_commit": round(self.seconds_commit, 4),
+            "seconds_total": round(self.seconds_total, 4),
+            "requests": self.requests,
+        }
+
+    def to_text(self) -> str:
+        where = self.path or "inline in the index details"
+        lines = [
+            f"snapshot of {self.table}: {self.regions} region(s), {self.snapshot_bytes} bytes, {where}, "
+            f"table v{self.table_version}  ({self.seconds_total:.2f} s)",
+            f"  {self.stale_wal_hints} stale WAL hint(s), {len(self.refreshed_hints)} refreshed",
+        ]
+        for r in self.repairs:
+            lines.append(
+                f"  REPAIRED region {r.region}: progress had gone from {r.expected} to {r.found}; "
+                f"restored at table v{r.table_version}"
+            )
+        return "\n".join(lines)
+
+
+def _refresh_hint(table: MemWalTable, region: str, position: int) -> int | None:
+    """Write a same-epoch manifest version with `wal_entry_position_last_seen = position`.
+
+    Best effort: a version taken by the writer meanwhile means it is live and
+    keeps its own hint. Returns the version written, or None.
+    """
+    store = table.region_store(region)
+    try:
+        manifest = store.read_latest()
+        if manifest.wal_entry_position_last_seen >= position:
+            return None
+        message = manifest.to_proto()
+        message.version = manifest.version + 1
+        message.wal_entry_position_last_seen = position
+        store.write_next(manifest, message.SerializeToString())
+    except (AlreadyExistsError, StorageError) as exc:
+        log.info("region %s: WAL hint not refreshed (%s)", region, exc)
+        return None
+    return manifest.version + 1
+
+
+def _refresh_hints(table: MemWalTable, plan: SnapshotPlan) -> tuple[SnapshotPlan, list[str]]:
+    """Refresh the stale WAL hints the plan found; the rows name the versions written."""
+    stale = [r for r in plan.regions if r.region in set(plan.stale_wal_hints)]
+    versions = table.store.map(
+        lambda r: _refresh_hint(table, r.region, r.wal_entry_position_last_seen), stale
+    )
+    written = {r.region: v for r, v in zip(stale, versions, strict=True) if v is not None}
+    rows = tuple(
+        dataclasses.replace(r, version=written[r.region]) if r.region in written else r for r in plan.regions
+    )
+    return dataclasses.replace(plan, regions=rows), sorted(written)
+
+
+def build_snapshot(
+    table: MemWalTable,
+    *,
+    inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
+    refresh_hints: bool = False,
+    lease_ttl: float = DEFAULT_DETAILS_LEASE_TTL,
+    lease_wait: float | None = None,
+) -> SnapshotResult:
+    """Build and commit the region snapshot of every region.
+
+    Example:
+        >>> with MemWalTable.open("demo/table") as table:  # doctest: +SKIP
+        ...     print(build_snapshot(table).to_json()["regions"])
+    """
+    started = time.perf_counter()
+    table.store.stats.reset()
+    plan = plan_snapshot(table, inline_threshold=inline_threshold)
+    refreshed: list[str] = []
+    if refresh_hints and plan.stale_wal_hints:
+        plan, refreshed = _refresh_hints(table, plan)
+    read_done = time.perf_counter()
+    with details_lease(table.store, ttl=lease_ttl, wait=lease_wait) as lease:
+        dataset = table.dataset()
+        details = table.index_details(dataset.version)
+        message = details.to_proto()
+        rows = [
+            dataclasses.replace(r, merged_generation=details.merged_generation(r.region))
+            for r in plan.regions
+        ]
+        data = encode(to_arrow(rows, region_field_types(message.sharding_specs)))
+        message.snapshot_ts_millis = plan.read_at_millis
+        message.num_shards = len(rows)
+        new_uuid = str(uuid.uuid4())
+        path = None
+        if plan.inline:
+            message.inline_snapshots = data
+        else:
+            message.ClearField("inline_snapshots")
+            path = snapshot_file_path(new_uuid)
+            table.store.put_if_not_exists(path, data)
+        try:
+            lease.ensure()
+            version = rewrite_details(table, dataset, message, new_uuid)
+        except BaseException:
+            if path is not None:
+                with contextlib.suppress(StorageError):
+                    table.store.delete(path)
+            raise
+        lost = progress_regressions(table, dataset.version, version)
+        repairs = repair_progress(table, lost) if lost else []
+        for r in repairs:
+            log.error(
+                "region %s: the snapshot commit rolled merge progress back from %d to %d; restored",
+                r.region,
+                r.expected,
+                r.found,
+            )
+    finished = time.perf_counter()
+    return SnapshotResult(
+        table=table.uri,
+        table_version=max([version, *(r.table_version for r in repairs)]),
+        read_version=int(dataset.version),
+        regions=len(rows),
+        storage="inline" if plan.inline else "file",
+        path=path,
+        snapshot_bytes=len(data),
+        snapshot_ts_millis=plan.read_at_millis,
+        stale_wal_hints=len(plan.stale_wal_hints),
+        refreshed_hints=refreshed,
+        repairs=repairs,
+        seconds_read=read_done - started,
+        seconds_commit=finished - read_done,
+        seconds_total=finished - started,
+        requests=table.store.stats.snapshot(),
+    )
