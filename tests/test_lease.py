@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from memwal_core.model.lease import Lease, LeaseBusyError, LeaseLostError
+from memwal_core.model.lease import KEEP_RECORDS, LEASE_DIR, Lease, LeaseBusyError, LeaseLostError
 from memwal_core.storage.object_store import open_store
 from memwal_core.storage.options import StorageOptions
 
@@ -78,3 +78,20 @@ def test_lease_of_a_killed_local_holder_is_free_at_once(tmp_path: object) -> Non
         json.dumps({"owner": remote, "expires_at": time.time() + 3600}).encode(),
     )
     assert not Lease(store, "merge-w", ttl=60).try_acquire()
+
+
+def test_old_records_are_pruned_and_a_quiet_lease_deletes_nothing(
+    store_uri: tuple[str, dict[str, str]],
+) -> None:
+    uri, options = store_uri
+    store = open_store(uri, StorageOptions(options))
+    for _ in range(KEEP_RECORDS + 10):
+        with Lease(store, "merge-p", ttl=60):
+            pass
+    records = store.list_files(f"{LEASE_DIR}/merge-p")
+    assert KEEP_RECORDS - 1 <= len(records) <= KEEP_RECORDS + 1, len(records)
+    deletes = store.stats.snapshot().get("delete", 0)
+    assert deletes >= 10
+    with Lease(store, "merge-p", ttl=60):
+        pass
+    assert store.stats.snapshot().get("delete", 0) - deletes <= 2, "only records past the window are deleted"
