@@ -16,6 +16,29 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
+LOOPBACK = "127.0.0.1"
+
+
+def spark_conf(master: str | None = None, conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Settings for a memwal SparkSession: Arrow on, this interpreter on executors, a local driver on loopback.
+
+    Shared by `spark_session` and the Dagster Spark resource, so both build the same session.
+    """
+    master = master or os.environ.get("MEMWAL_SPARK_MASTER") or DEFAULT_MASTER
+    settings = {
+        "spark.master": master,
+        "spark.app.name": "memwal",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.shuffle.partitions": os.environ.get("MEMWAL_SPARK_SHUFFLE_PARTITIONS", "8"),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+    }
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+        settings["spark.driver.host"] = LOOPBACK
+        settings["spark.driver.bindAddress"] = LOOPBACK
+    return {**settings, **(conf or {})}
 
 
 def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
@@ -25,21 +48,9 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    master = master or os.environ.get("MEMWAL_SPARK_MASTER") or DEFAULT_MASTER
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master(master)
-        .appName("memwal")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.shuffle.partitions", os.environ.get("MEMWAL_SPARK_SHUFFLE_PARTITIONS", "8"))
-        .config("spark.ui.showConsoleProgress", "false")
-    )
-    if master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = builder.config("spark.driver.host", "127.0.0.1").config(
-            "spark.driver.bindAddress", "127.0.0.1"
-        )
-    for key, value in (conf or {}).items():
+    builder = SparkSession.builder
+    for key, value in spark_conf(master, conf).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -1,41 +1,53 @@
 """The code location: `dagster dev -w workspace.yaml` loads `defs` from here.
 
-The table comes from MEMWAL_TABLE_URI (default: the README's demo table);
-its storage options from the JSON in MEMWAL_STORAGE_OPTIONS.
+One set of assets, checks, jobs, sensors and schedules per table of the table
+list (MEMWAL_TABLES, see config.py; default: the README's demo table).
 """
 
-import os
+from __future__ import annotations
 
-from dagster import AssetExecutionContext, Definitions, MaterializeResult, MetadataValue, asset
+from collections.abc import Sequence
+from typing import Any
 
-from memwal_core.services.status import status
-from memwal_pipelines.resources import MemWalTableResource
+from dagster import Definitions
 
-DEFAULT_TABLE_URI = "demo/table"
+from memwal_pipelines.assets import TableKeys, table_assets
+from memwal_pipelines.checks import table_checks
+from memwal_pipelines.config import TableConfig, load_tables
+from memwal_pipelines.jobs import table_jobs, table_schedules
+from memwal_pipelines.resources import spark_resource, table_resource
+from memwal_pipelines.sensors import flushed_generations_sensor, index_catchup_sensor
 
 
-@asset(group_name="memwal", description="Regions, merge progress and backlog of the MemWAL table.")
-def memwal_status(context: AssetExecutionContext, table: MemWalTableResource) -> MaterializeResult:  # type: ignore[type-arg]
-    """Record the table's status as materialization metadata, so the UI plots the backlog."""
-    with table.open() as opened:
-        result = status(opened)
-    context.log.info(f"{len(result.regions)} regions, {result.pending_total} pending generations")
-    return MaterializeResult(
-        metadata={
-            "table_version": result.version,
-            "regions": len(result.regions),
-            "pending_generations": result.pending_total,
-            "status": MetadataValue.json(result.to_json()),
-        }
+def build_definitions(tables: Sequence[TableConfig]) -> Definitions:
+    """Everything Dagster shows and runs for `tables`."""
+    assets: list[Any] = []
+    checks: list[Any] = []
+    jobs: list[Any] = []
+    sensors: list[Any] = []
+    schedules: list[Any] = []
+    resources: dict[str, Any] = {}
+    for table in tables:
+        keys = TableKeys(table)
+        table_job_set = table_jobs(keys)
+        assets += table_assets(keys)
+        checks += table_checks(keys)
+        jobs += table_job_set.all
+        sensors += [
+            flushed_generations_sensor(keys, table_job_set),
+            index_catchup_sensor(keys, table_job_set),
+        ]
+        schedules += table_schedules(keys, table_job_set)
+        resources[keys.table_resource] = table_resource(table)
+        resources[keys.spark_resource] = spark_resource(table)
+    return Definitions(
+        assets=assets,
+        asset_checks=checks,
+        jobs=jobs,
+        sensors=sensors,
+        schedules=schedules,
+        resources=resources,
     )
 
 
-defs = Definitions(
-    assets=[memwal_status],
-    resources={
-        "table": MemWalTableResource(
-            uri=os.environ.get("MEMWAL_TABLE_URI", DEFAULT_TABLE_URI),
-            storage_options_env="MEMWAL_STORAGE_OPTIONS",
-        )
-    },
-)
+defs = build_definitions(load_tables())

@@ -1,0 +1,92 @@
+"""`backlog`: what each region still has to merge, how big and how old it is.
+
+Merge lag is read latency (every unmerged generation is read by every LSM
+read), so the orchestrator watches three numbers per region: pending
+generations, their bytes, and the age of the oldest one. The age is the
+modification time of the oldest pending generation's first dataset
+manifest: one LIST per region that has a backlog, none for the others.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from memwal_core.format.naming import MEM_WAL_DIR, TABLE_VERSIONS_DIR
+from memwal_core.table import MemWalTable
+
+
+@dataclass(frozen=True)
+class RegionBacklog:
+    """One region's unmerged flushed generations."""
+
+    region: str
+    merged_generation: int
+    latest_flushed: int
+    pending: tuple[int, ...]
+    pending_bytes: int
+    oldest_pending_created_at: float | None
+
+    def oldest_pending_age(self, now: float) -> float:
+        """Seconds since the oldest pending generation was flushed (0 without a backlog)."""
+        if self.oldest_pending_created_at is None:
+            return 0.0
+        return max(0.0, now - self.oldest_pending_created_at)
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        return {
+            "region": self.region,
+            "merged_generation": self.merged_generation,
+            "latest_flushed": self.latest_flushed,
+            "pending_generations": list(self.pending),
+            "pending_bytes": self.pending_bytes,
+            "oldest_pending_age_seconds": round(self.oldest_pending_age(now), 1),
+        }
+
+
+@dataclass(frozen=True)
+class TableBacklog:
+    table: str
+    table_version: int
+    regions: list[RegionBacklog]
+    read_at: float
+
+    @property
+    def pending_total(self) -> int:
+        return sum(len(r.pending) for r in self.regions)
+
+    @property
+    def max_pending(self) -> int:
+        return max((len(r.pending) for r in self.regions), default=0)
+
+    @property
+    def max_age_seconds(self) -> float:
+        return max((r.oldest_pending_age(self.read_at) for r in self.regions), default=0.0)
+
+
+def backlog(table: MemWalTable) -> TableBacklog:
+    """Every region's backlog at the latest table version (changes nothing)."""
+    version = table.dataset().version
+    details = table.index_details(version)
+    manifests = {r: m for r, m in table.read_regions().items() if m is not None}
+
+    def region_backlog(region: str) -> RegionBacklog:
+        manifest = manifests[region]
+        merged = details.merged_generation(region)
+        pending = [g for g in manifest.generations if g.generation > merged]
+        created = None
+        if pending:
+            listing = table.store.list_files(f"{MEM_WAL_DIR}/{region}/{pending[0].path}/{TABLE_VERSIONS_DIR}")
+            created = min((info.mtime for info in listing), default=None)
+        return RegionBacklog(
+            region=region,
+            merged_generation=merged,
+            latest_flushed=max((g.generation for g in manifest.generations), default=merged),
+            pending=tuple(g.generation for g in pending),
+            pending_bytes=sum(g.in_memory_bytes or 0 for g in pending),
+            oldest_pending_created_at=created,
+        )
+
+    regions = table.store.map(region_backlog, sorted(manifests))
+    return TableBacklog(table.uri, version, regions, time.time())

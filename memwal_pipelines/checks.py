@@ -1,0 +1,74 @@
+"""Asset checks of one table: merge backlog and age, index lag, LSM consistency.
+
+They read the table (changing nothing) and run in the table's checks job, on
+a schedule, not inside every per-region merge run: the consistency check
+reads every key of the base table.
+"""
+
+from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, asset_check
+
+from memwal_core.services.backlog import backlog
+from memwal_core.services.catchup import index_lag, maintained_indexes
+from memwal_core.services.consistency import check_consistency
+from memwal_pipelines.assets import TableKeys, service_metadata
+
+
+def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
+    """Every asset check of one table."""
+    table = keys.table
+
+    @asset_check(
+        asset=keys.base,
+        name="merge_backlog",
+        required_resource_keys={keys.table_resource},
+        description=(
+            f"At most {table.max_backlog_generations} pending generations per region, "
+            f"the oldest flushed at most {table.max_pending_age_seconds:.0f} s ago."
+        ),
+    )
+    def merge_backlog(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        with getattr(context.resources, keys.table_resource).open() as opened:
+            found = backlog(opened)
+        worst = max(found.regions, key=lambda r: len(r.pending), default=None)
+        return AssetCheckResult(
+            passed=found.max_pending <= table.max_backlog_generations
+            and found.max_age_seconds <= table.max_pending_age_seconds,
+            metadata={
+                "pending_generations": found.pending_total,
+                "max_pending_per_region": found.max_pending,
+                "oldest_pending_age_seconds": round(found.max_age_seconds, 1),
+                "worst_region": worst.region if worst else "",
+            },
+        )
+
+    @asset_check(
+        asset=keys.indexes,
+        name="index_lag",
+        required_resource_keys={keys.table_resource},
+        description=f"Every maintained index at most {table.max_index_lag} generations behind merges.",
+    )
+    def index_lag_check(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        with getattr(context.resources, keys.table_resource).open() as opened:
+            details = opened.index_details()
+            names, _missing = maintained_indexes(opened, details)
+        lags = {name: max(index_lag(details, name).values(), default=0) for name in names}
+        return AssetCheckResult(
+            passed=max(lags.values(), default=0) <= table.max_index_lag,
+            metadata={"max_lag": max(lags.values(), default=0), **{f"lag_{n}": v for n, v in lags.items()}},
+        )
+
+    @asset_check(
+        asset=keys.base,
+        name="lsm_consistency",
+        blocking=True,
+        required_resource_keys={keys.table_resource},
+        description="Lance's LSM read agrees with the base table plus the pending generations.",
+    )
+    def lsm_consistency(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        with getattr(context.resources, keys.table_resource).open() as opened:
+            result = check_consistency(opened)
+        for mismatch in result.mismatches[:5]:
+            context.log.error(mismatch)
+        return AssetCheckResult(passed=result.passed, metadata=service_metadata(result))
+
+    return [merge_backlog, index_lag_check, lsm_consistency]

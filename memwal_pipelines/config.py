@@ -1,0 +1,100 @@
+"""The tables the code location maintains, read from a YAML file named by MEMWAL_TABLES.
+
+Without MEMWAL_TABLES the location maintains one table: the README's demo table
+(or MEMWAL_TABLE_URI), with storage options from the JSON in
+MEMWAL_STORAGE_OPTIONS. Credentials never go in this file: each table names the
+environment variable that holds its storage options.
+
+```yaml
+tables:
+  - name: events                 # asset key prefix: letters, digits, underscores
+    uri: s3://bucket/tables/events
+    storage_options_env: EVENTS_STORAGE_OPTIONS
+    merge_engine: spark          # local (default) or spark
+    spark_master: spark://10.0.0.5:7077
+    max_backlog_generations: 16  # asset check thresholds
+    max_pending_age_seconds: 900
+    max_index_lag: 4
+    snapshot_cron: "*/15 * * * *"
+```
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from memwal_core.errors import BadInputError
+
+DEFAULT_TABLE_URI = "demo/table"
+TABLES_ENV = "MEMWAL_TABLES"
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """One maintained table and how its pipeline runs."""
+
+    name: str
+    uri: str
+    storage_options_env: str | None = None
+    merge_engine: str = "local"
+    spark_master: str | None = None
+    max_generations_per_merge: int | None = None
+    max_backlog_generations: int = 16
+    max_pending_age_seconds: float = 900.0
+    max_index_lag: int = 4
+    snapshot_cron: str = "*/15 * * * *"
+    sensor_interval_seconds: int = 5
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise BadInputError(f"table name {self.name!r} must be letters, digits and underscores")
+        if self.merge_engine not in ("local", "spark"):
+            raise BadInputError(f"table {self.name}: merge_engine must be local or spark")
+
+
+def default_tables() -> list[TableConfig]:
+    return [
+        TableConfig(
+            name="demo",
+            uri=os.environ.get("MEMWAL_TABLE_URI", DEFAULT_TABLE_URI),
+            storage_options_env="MEMWAL_STORAGE_OPTIONS",
+        )
+    ]
+
+
+def load_tables(path: str | None = None) -> list[TableConfig]:
+    """The table list from `path` (default: $MEMWAL_TABLES), or the demo table."""
+    path = path or os.environ.get(TABLES_ENV)
+    if not path:
+        return default_tables()
+    try:
+        document = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise BadInputError(f"table list {path} cannot be read: {exc}") from exc
+    entries = document.get("tables") if isinstance(document, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise BadInputError(f"table list {path} has no `tables:` list")
+    known = {f.name for f in fields(TableConfig)}
+    tables = []
+    for entry in entries:
+        if not isinstance(entry, dict) or "name" not in entry or "uri" not in entry:
+            raise BadInputError(f"table list {path}: every table needs a name and a uri")
+        unknown = sorted(set(entry) - known)
+        if unknown:
+            raise BadInputError(f"table list {path}: table {entry['name']} has unknown key {unknown[0]!r}")
+        tables.append(TableConfig(**_typed(entry)))
+    names = [t.name for t in tables]
+    if len(set(names)) != len(names):
+        raise BadInputError(f"table list {path} names a table twice")
+    return tables
+
+
+def _typed(entry: dict[str, Any]) -> dict[str, Any]:
+    return {key: str(value) if key in ("name", "uri") else value for key, value in entry.items()}

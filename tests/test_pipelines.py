@@ -1,0 +1,166 @@
+"""The Dagster code location in process: table list, sensors, jobs and checks on real tables."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from dagster import DagsterInstance, SensorResult, build_sensor_context
+
+from memwal_core.errors import BadInputError
+from memwal_core.services.status import status
+from memwal_core.table import MemWalTable
+from memwal_pipelines.assets import TableKeys
+from memwal_pipelines.config import TableConfig, load_tables
+from memwal_pipelines.definitions import build_definitions, defs
+from tests.support.model import ModelTable
+
+PK = {"lance-schema:unenforced-primary-key": "true"}
+SCHEMA = pa.schema([pa.field("id", pa.int64(), False, metadata=PK), pa.field("v", pa.string())])
+
+
+def model_table(path: Path, regions: int = 2, rounds: int = 2) -> tuple[ModelTable, list[str]]:
+    """A table with a backlog in `regions` regions, each owning its own key range."""
+    table = ModelTable(path, SCHEMA, ["id"], [{"id": i, "v": "base"} for i in range(40)])
+    ids = []
+    for r in range(regions):
+        region = str(uuid.uuid4())
+        ids.append(region)
+        for g in range(rounds):
+            keys = range(r * 1000, r * 1000 + 8)
+            table.write(
+                region,
+                [("put", [{"id": k, "v": f"r{r}g{g}"} for k in keys]), ("delete", [{"id": r}])],
+                memtable_rows=50,
+            )
+    return table, ids
+
+
+def tick(keys: TableKeys, instance: DagsterInstance, cursor: str | None) -> SensorResult:
+    sensor = build_definitions([keys.table]).resolve_sensor_def(f"{keys.table.name}_flushed_generations")
+    with build_sensor_context(instance=instance, cursor=cursor) as context:
+        result = sensor(context)
+    assert isinstance(result, SensorResult)
+    for request in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(keys.regions_name, list(request.partition_keys or []))
+    return result
+
+
+def test_default_location_and_table_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert defs.resolve_asset_graph().get_all_asset_keys()
+    listing = tmp_path / "tables.yaml"
+    listing.write_text(
+        "tables:\n  - {name: events, uri: s3://b/events, storage_options_env: EV_OPTS, merge_engine: spark}\n"
+        "  - {name: orders, uri: /data/orders, max_backlog_generations: 4}\n"
+    )
+    monkeypatch.setenv("MEMWAL_TABLES", str(listing))
+    tables = load_tables()
+    assert [(t.name, t.merge_engine, t.max_backlog_generations) for t in tables] == [
+        ("events", "spark", 16),
+        ("orders", "local", 4),
+    ]
+    graph = build_definitions(tables).resolve_asset_graph()
+    assert {k.to_user_string() for k in graph.get_all_asset_keys()} >= {
+        "events/base_table",
+        "orders/flushed_generations",
+        "orders/region_snapshot",
+    }
+    listing.write_text("tables:\n  - {name: x, uri: /t, colour: red}\n")
+    with pytest.raises(BadInputError, match="unknown key 'colour'"):
+        load_tables()
+
+
+def test_sensor_adds_regions_observes_once_and_keys_runs_by_generation(tmp_path: Path) -> None:
+    table, regions = model_table(tmp_path / "t")
+    keys = TableKeys(TableConfig(name="t", uri=table.uri))
+    instance = DagsterInstance.ephemeral()
+
+    first = tick(keys, instance, None)
+    assert sorted(instance.get_dynamic_partitions(keys.regions_name)) == sorted(regions)
+    assert sorted(e.partition for e in first.asset_events) == sorted(regions)
+    assert sorted(r.partition_key for r in first.run_requests or []) == sorted(regions)
+    assert all(r.run_key and r.run_key.endswith(":0:2") for r in first.run_requests or [])
+
+    again = tick(keys, instance, first.cursor)
+    assert not again.asset_events, "an unchanged region is not observed again"
+    assert not again.dynamic_partitions_requests
+    assert {r.run_key for r in again.run_requests or []} == {r.run_key for r in first.run_requests or []}
+
+    newcomer = table.write(None, [("put", [{"id": 5000, "v": "new"}])])
+    third = tick(keys, instance, again.cursor)
+    assert [list(r.partition_keys or []) for r in third.dynamic_partitions_requests or []] == [[newcomer]]
+    assert [e.partition for e in third.asset_events] == [newcomer]
+    assert newcomer in {r.partition_key for r in third.run_requests or []}
+
+
+def run_job(keys: TableKeys, instance: DagsterInstance, job: str, partition: str | None = None) -> Any:
+    definitions = build_definitions([keys.table])
+    result = definitions.resolve_job_def(f"{keys.table.name}_{job}").execute_in_process(
+        instance=instance, partition_key=partition
+    )
+    assert result.success
+    return result
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_jobs_merge_catch_up_snapshot_and_check_a_real_table(
+    tmp_path: Path, engine: str, request: pytest.FixtureRequest
+) -> None:
+    if engine == "spark":
+        request.getfixturevalue("spark")  # the shared session: the lazy resource reuses it
+    table, regions = model_table(tmp_path / "t")
+    table.dataset().create_scalar_index("id", "BTREE")
+    keys = TableKeys(TableConfig(name="t", uri=table.uri, merge_engine=engine))
+    instance = DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(keys.regions_name, regions)
+
+    for region in regions:
+        merged = run_job(keys, instance, "merge", region)
+        metadata = merged.get_asset_materialization_events()[0].materialization.metadata
+        assert metadata["generations_merged"].value == 2
+        assert metadata["merged_generation"].value == 2
+    table.assert_merged()
+
+    caught_up = run_job(keys, instance, "catchup").get_asset_materialization_events()[0]
+    assert caught_up.materialization.metadata["max_lag_after"].value == 0
+    snapshot = run_job(keys, instance, "snapshot")
+    assert {e.asset_key.to_user_string() for e in snapshot.get_asset_materialization_events()} == {
+        "t/region_snapshot",
+        "t/status",
+    }
+    checks = run_job(keys, instance, "checks").get_asset_check_evaluations()
+    assert {c.check_name: c.passed for c in checks} == {
+        "merge_backlog": True,
+        "index_lag": True,
+        "lsm_consistency": True,
+    }
+    with MemWalTable.open(table.uri) as opened:
+        assert status(opened).pending_total == 0
+
+
+def test_checks_fail_on_a_backlog_and_a_missing_generation(tmp_path: Path) -> None:
+    table, regions = model_table(tmp_path / "t", regions=1, rounds=3)
+    keys = TableKeys(TableConfig(name="t", uri=table.uri, max_backlog_generations=2))
+    instance = DagsterInstance.ephemeral()
+    definitions = build_definitions([keys.table])
+    checks = definitions.resolve_job_def("t_checks").execute_in_process(
+        instance=instance, raise_on_error=False
+    )
+    verdicts = {c.check_name: c.passed for c in checks.get_asset_check_evaluations()}
+    assert verdicts["merge_backlog"] is False, "3 pending generations exceed the threshold of 2"
+    assert verdicts["lsm_consistency"] is True
+
+    with MemWalTable.open(table.uri) as opened:
+        victim = opened.region_store(regions[0]).read_latest().generations[0].path
+    for path in sorted((Path(table.uri) / "_mem_wal" / regions[0] / victim).rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    (Path(table.uri) / "_mem_wal" / regions[0] / victim).rmdir()
+    checks = definitions.resolve_job_def("t_checks").execute_in_process(
+        instance=instance, raise_on_error=False
+    )
+    evaluations = {c.check_name: c for c in checks.get_asset_check_evaluations()}
+    assert evaluations["lsm_consistency"].passed is False
+    assert "LSM read failed" in str(evaluations["lsm_consistency"].metadata["result"].value)
