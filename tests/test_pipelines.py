@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from dagster import DagsterInstance, SensorResult, build_sensor_context
 
@@ -16,27 +14,7 @@ from memwal_core.table import MemWalTable
 from memwal_pipelines.assets import TableKeys
 from memwal_pipelines.config import TableConfig, load_tables
 from memwal_pipelines.definitions import build_definitions, defs
-from tests.support.model import ModelTable
-
-PK = {"lance-schema:unenforced-primary-key": "true"}
-SCHEMA = pa.schema([pa.field("id", pa.int64(), False, metadata=PK), pa.field("v", pa.string())])
-
-
-def model_table(path: Path, regions: int = 2, rounds: int = 2) -> tuple[ModelTable, list[str]]:
-    """A table with a backlog in `regions` regions, each owning its own key range."""
-    table = ModelTable(path, SCHEMA, ["id"], [{"id": i, "v": "base"} for i in range(40)])
-    ids = []
-    for r in range(regions):
-        region = str(uuid.uuid4())
-        ids.append(region)
-        for g in range(rounds):
-            keys = range(r * 1000, r * 1000 + 8)
-            table.write(
-                region,
-                [("put", [{"id": k, "v": f"r{r}g{g}"} for k in keys]), ("delete", [{"id": r}])],
-                memtable_rows=50,
-            )
-    return table, ids
+from tests.support.model import keyed_backlog_table
 
 
 def tick(keys: TableKeys, instance: DagsterInstance, cursor: str | None) -> SensorResult:
@@ -74,7 +52,7 @@ def test_default_location_and_table_list(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_sensor_adds_regions_observes_once_and_keys_runs_by_generation(tmp_path: Path) -> None:
-    table, regions = model_table(tmp_path / "t")
+    table, regions = keyed_backlog_table(tmp_path / "t")
     keys = TableKeys(TableConfig(name="t", uri=table.uri))
     instance = DagsterInstance.ephemeral()
 
@@ -111,7 +89,7 @@ def test_jobs_merge_catch_up_snapshot_and_check_a_real_table(
 ) -> None:
     if engine == "spark":
         request.getfixturevalue("spark")  # the shared session: the lazy resource reuses it
-    table, regions = model_table(tmp_path / "t")
+    table, regions = keyed_backlog_table(tmp_path / "t")
     table.dataset().create_scalar_index("id", "BTREE")
     keys = TableKeys(TableConfig(name="t", uri=table.uri, merge_engine=engine))
     instance = DagsterInstance.ephemeral()
@@ -142,7 +120,7 @@ def test_jobs_merge_catch_up_snapshot_and_check_a_real_table(
 
 
 def test_checks_fail_on_a_backlog_and_a_missing_generation(tmp_path: Path) -> None:
-    table, regions = model_table(tmp_path / "t", regions=1, rounds=3)
+    table, regions = keyed_backlog_table(tmp_path / "t", regions=1, rounds=3)
     keys = TableKeys(TableConfig(name="t", uri=table.uri, max_backlog_generations=2))
     instance = DagsterInstance.ephemeral()
     definitions = build_definitions([keys.table])

@@ -85,3 +85,33 @@ class ModelTable:
         assert not wrong, (
             f"{len(wrong)} rows differ, e.g. {wrong[0]}: {actual[wrong[0]]} != {self.rows[wrong[0]]}"
         )
+
+
+KEYED_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+        pa.field("v", pa.string()),
+    ]
+)
+
+
+def keyed_backlog_table(path: str | Path, regions: int = 2, rounds: int = 2) -> tuple[ModelTable, list[str]]:
+    """A 40-row table with `rounds` generations pending in each of `regions` regions.
+
+    Region r owns keys r*1000..r*1000+7 (region 0's overlap base rows) and base
+    key 20+r, which it deletes: no key is written by two regions, since the
+    order in which regions merge is not defined.
+    """
+    table = ModelTable(path, KEYED_SCHEMA, ["id"], [{"id": i, "v": "base"} for i in range(40)])
+    ids = []
+    for r in range(regions):
+        region = str(uuid.uuid4())
+        ids.append(region)
+        for g in range(rounds):
+            keys = range(r * 1000, r * 1000 + 8)
+            table.write(
+                region,
+                [("put", [{"id": k, "v": f"r{r}g{g}"} for k in keys]), ("delete", [{"id": 20 + r}])],
+                memtable_rows=50,
+            )
+    return table, ids

@@ -1,0 +1,166 @@
+"""A real Dagster deployment on loopback for end-to-end tests: dagster-webserver and dagster-daemon.
+
+Both load the project's workspace.yaml with a private DAGSTER_HOME holding the
+project's dagster.yaml (sqlite storage, queued runs, concurrency limits), so
+runs launched by the daemon are separate processes exactly as in production.
+The table list comes from a YAML file passed as MEMWAL_TABLES.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO, Any
+
+from tests.support.service import (
+    LOOPBACK,
+    EarlyExit,
+    LoopbackService,
+    free_ports,
+    log_tail,
+    stop_process_group,
+)
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+LOCATION = "memwal_pipelines.definitions"
+REPOSITORY = "__repository__"
+
+
+class DagsterDeployment(LoopbackService):
+    """`dagster-webserver` and `dagster-daemon run` for one table list."""
+
+    def __init__(
+        self, tables_file: Path, *, env: dict[str, str] | None = None, start_timeout: float = 180.0
+    ) -> None:
+        super().__init__(prefix="memwal-dagster-", start_timeout=start_timeout, base_dir=None)
+        self.tables_file = tables_file
+        self.extra_env = env or {}
+        self.home = self.root / "home"
+        self.port = 0
+        self._processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: dict[str, IO[bytes]] = {}
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {name: p.pid for name, p in self._processes.items()}
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "DAGSTER_HOME": str(self.home),
+            "MEMWAL_TABLES": str(self.tables_file),
+            "LANCE_LOG": "error",
+            **self.extra_env,
+        }
+
+    def _running(self) -> bool:
+        return bool(self._processes) and all(p.poll() is None for p in self._processes.values())
+
+    def _prepare(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        shutil.copy(PROJECT_ROOT / "dagster.yaml", self.home / "dagster.yaml")
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - closed in _release
+        self._logs[name] = log
+        self._processes[name] = subprocess.Popen(
+            args,
+            cwd=PROJECT_ROOT,
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def _attempt(self, attempt: int) -> None:
+        (self.port,) = free_ports(1)
+        bin_dir = Path(sys.executable).parent
+        workspace = str(PROJECT_ROOT / "workspace.yaml")
+        self._spawn(
+            "webserver",
+            [str(bin_dir / "dagster-webserver"), "-h", LOOPBACK, "-p", str(self.port), "-w", workspace],
+        )
+        self._spawn("daemon", [str(bin_dir / "dagster-daemon"), "run", "-w", workspace])
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            for name, process in self._processes.items():
+                if process.poll() is not None:
+                    raise EarlyExit(f"{name} exited with {process.returncode}")
+            if self._location_loaded():
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"Dagster not ready after {self.start_timeout:.0f} s; logs in {self.root}")
+
+    def _location_loaded(self) -> bool:
+        try:
+            data = self.graphql(
+                "{ workspaceOrError { ... on Workspace { locationEntries { loadStatus } } } }"
+            )
+        except (OSError, urllib.error.URLError, ValueError):
+            return False
+        entries = data.get("workspaceOrError", {}).get("locationEntries", [])
+        return bool(entries) and all(e["loadStatus"] == "LOADED" for e in entries)
+
+    def _discard_attempt(self) -> None:
+        self._release(10.0)
+
+    def _startup_failure(self, exc: EarlyExit) -> str:
+        tails = "\n".join(f"--- {name}\n{log_tail(self.root / f'{name}.log')}" for name in self._processes)
+        return f"Dagster did not start: {exc}\n{tails}"
+
+    def _release(self, timeout: float) -> None:
+        for process in self._processes.values():
+            stop_process_group(process, timeout)
+        for log in self._logs.values():
+            log.close()
+        self._processes.clear()
+        self._logs.clear()
+
+    # -- GraphQL ------------------------------------------------------------------------------
+
+    def graphql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = json.dumps({"query": query, "variables": variables or {}}).encode()
+        request = urllib.request.Request(
+            f"{self.url}/graphql", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            payload = json.loads(response.read())
+        if payload.get("errors"):
+            raise ValueError(f"GraphQL errors: {payload['errors']}")
+        data: dict[str, Any] = payload["data"]
+        return data
+
+    def start_sensor(self, name: str) -> str:
+        """Turn a sensor on, as the UI's toggle does; returns its new status."""
+        data = self.graphql(
+            """mutation($selector: SensorSelector!) {
+                 startSensor(sensorSelector: $selector) {
+                   __typename
+                   ... on Sensor { sensorState { status } }
+                   ... on PythonError { message }
+                 }
+               }""",
+            {
+                "selector": {
+                    "repositoryLocationName": LOCATION,
+                    "repositoryName": REPOSITORY,
+                    "sensorName": name,
+                }
+            },
+        )
+        result = data["startSensor"]
+        if result["__typename"] != "Sensor":
+            raise RuntimeError(f"sensor {name} did not start: {result}")
+        status: str = result["sensorState"]["status"]
+        return status
