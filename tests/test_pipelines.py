@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dagster import DagsterInstance, SensorResult, build_sensor_context
+from dagster._core.instance.ref import InstanceRef
 
 from memwal_core.errors import BadInputError
 from memwal_core.services.status import status
@@ -15,6 +19,8 @@ from memwal_pipelines.assets import TableKeys
 from memwal_pipelines.config import TableConfig, load_tables
 from memwal_pipelines.definitions import build_definitions, defs
 from tests.support.model import keyed_backlog_table
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def tick(keys: TableKeys, instance: DagsterInstance, cursor: str | None) -> SensorResult:
@@ -142,3 +148,25 @@ def test_checks_fail_on_a_backlog_and_a_missing_generation(tmp_path: Path) -> No
     evaluations = {c.check_name: c for c in checks.get_asset_check_evaluations()}
     assert evaluations["lsm_consistency"].passed is False
     assert "LSM read failed" in str(evaluations["lsm_consistency"].metadata["result"].value)
+
+
+def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
+    """The README's first command: demo table, every job once, runs kept in a local instance."""
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "memwal_pipelines", "demo", "demo/table"],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "0 pending generation(s)" in proc.stdout
+    with MemWalTable.open(str(tmp_path / "demo" / "table")) as opened:
+        assert status(opened).pending_total == 0
+    home = tmp_path / ".dagster_home"
+    runs = DagsterInstance.from_ref(InstanceRef.from_dir(str(home))).get_runs()
+    jobs = sorted(r.job_name for r in runs)
+    assert jobs == ["demo_catchup", "demo_checks", *["demo_merge"] * 3, "demo_snapshot"]
+    assert all(r.is_success for r in runs)
