@@ -6,6 +6,10 @@ set on sensor runs and UI backfills alike), and one catch-up or snapshot run
 per table at a time (`memwal/service`). Writers of the MemWAL index details
 (merge commits, snapshot builds) are serialised by a lease in the table's own
 storage, which also covers CLI runs outside Dagster.
+
+Every job runs its step in the run's own process (in-process executor): the
+default multiprocess executor would start a second Python process per step,
+which measured as most of the flush-to-merge latency (bench/lag.py).
 """
 
 from __future__ import annotations
@@ -13,7 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dagster import AssetSelection, DefaultScheduleStatus, ScheduleDefinition, define_asset_job
+from dagster import (
+    AssetSelection,
+    DefaultScheduleStatus,
+    ScheduleDefinition,
+    define_asset_job,
+    in_process_executor,
+)
 
 from memwal_pipelines.assets import TableKeys
 
@@ -41,23 +51,27 @@ def table_jobs(keys: TableKeys) -> TableJobs:
     return TableJobs(
         merge=define_asset_job(
             f"{name}_merge",
+            executor_def=in_process_executor,
             selection=AssetSelection.assets(keys.base).without_checks(),
             description="Merge one region's pending generations into the base table.",
         ),
         catchup=define_asset_job(
             f"{name}_catchup",
+            executor_def=in_process_executor,
             selection=AssetSelection.assets(keys.indexes).without_checks(),
             tags={SERVICE_TAG: f"{name}:catchup"},
             description="Bring the maintained indexes up to date with merged data.",
         ),
         snapshot=define_asset_job(
             f"{name}_snapshot",
+            executor_def=in_process_executor,
             selection=AssetSelection.assets(keys.snapshot, keys.status).without_checks(),
             tags={SERVICE_TAG: f"{name}:snapshot"},
             description="Build the MemWAL index region snapshot and record the table's status.",
         ),
         checks=define_asset_job(
             f"{name}_checks",
+            executor_def=in_process_executor,
             selection=AssetSelection.checks_for_assets(keys.base, keys.indexes),
             tags={SERVICE_TAG: f"{name}:checks"},
             description="Merge backlog and age, index lag, LSM consistency.",

@@ -103,14 +103,24 @@ class DagsterDeployment(LoopbackService):
         raise TimeoutError(f"Dagster not ready after {self.start_timeout:.0f} s; logs in {self.root}")
 
     def _location_loaded(self) -> bool:
+        """Whether the code location loaded; a location that failed to load fails the start."""
         try:
             data = self.graphql(
-                "{ workspaceOrError { ... on Workspace { locationEntries { loadStatus } } } }"
+                """{ workspaceOrError { ... on Workspace { locationEntries {
+                     loadStatus
+                     locationOrLoadError { __typename ... on PythonError { message } }
+                   } } } }"""
             )
         except (OSError, urllib.error.URLError, ValueError):
             return False
         entries = data.get("workspaceOrError", {}).get("locationEntries", [])
-        return bool(entries) and all(e["loadStatus"] == "LOADED" for e in entries)
+        if not entries or any(e["loadStatus"] != "LOADED" for e in entries):
+            return False
+        loaded = [e["locationOrLoadError"] or {} for e in entries]
+        for location in loaded:
+            if location.get("__typename") == "PythonError":
+                raise RuntimeError(f"code location failed to load: {location.get('message', '')[:500]}")
+        return all(location.get("__typename") == "RepositoryLocation" for location in loaded)
 
     def _discard_attempt(self) -> None:
         self._release(10.0)
@@ -141,8 +151,8 @@ class DagsterDeployment(LoopbackService):
         data: dict[str, Any] = payload["data"]
         return data
 
-    def start_sensor(self, name: str) -> str:
-        """Turn a sensor on, as the UI's toggle does; returns its new status."""
+    def _start_sensor_once(self, name: str) -> str:
+        """One startSensor mutation; returns the sensor's new status."""
         data = self.graphql(
             """mutation($selector: SensorSelector!) {
                  startSensor(sensorSelector: $selector) {
@@ -164,3 +174,19 @@ class DagsterDeployment(LoopbackService):
             raise RuntimeError(f"sensor {name} did not start: {result}")
         status: str = result["sensorState"]["status"]
         return status
+
+    def start_sensor(self, name: str, timeout: float = 60.0) -> str:
+        """Turn a sensor on, as the UI toggle does, retrying while the webserver answers SensorNotFoundError.
+
+        Right after the location reports LOADED, the webserver's request context
+        can still miss the location's sensors for a moment (seen about one start
+        in three on a loaded machine).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self._start_sensor_once(name)
+            except RuntimeError as exc:
+                if "SensorNotFoundError" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)

@@ -1,0 +1,131 @@
+"""Benchmark: flush-to-merge latency with the Dagster daemon at the shipped sensor settings.
+
+A real dagster-webserver and dagster-daemon on 127.0.0.1 (the project's
+dagster.yaml and workspace.yaml), the table's flushed-generations sensor
+switched on, then FLUSHES flushes spread over REGIONS regions, each written
+by Lance's native MemWAL writer. For each flush: the time from the writer's
+close (the generation is durable) to the table version whose merge progress
+covers it. Also Dagster's overhead per merge run: queued -> started, and run
+start -> step start (process launch, code load). Aim: median under 30 s.
+
+Usage: python bench/lag.py [--flushes 20] [--regions 4] [--gap 2.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("LANCE_LOG", "error")
+
+from memwal_core.table import MemWalTable
+from tests.support.dagster import DagsterDeployment
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+        pa.field("v", pa.string()),
+    ]
+)
+
+
+def flush(uri: str, region: str, keys: range, label: str) -> tuple[int, float]:
+    """Write `keys` into `region` and close the writer (one flushed generation); its number and time."""
+    rows = pa.table({"id": pa.array(list(keys), pa.int64()), "v": [label] * len(keys)}, schema=SCHEMA)
+    with lance.dataset(uri).mem_wal_writer(region, durable_write=False) as writer:
+        writer.put(rows)
+    flushed_at = time.time()
+    with MemWalTable.open(uri) as table:
+        generation = max(g.generation for g in table.region_store(region).read_latest().generations)
+    return generation, flushed_at
+
+
+def merge_times(uri: str) -> dict[tuple[str, int], float]:
+    """For every (region, generation) merged so far: the time of the first version recording it."""
+    seen: dict[tuple[str, int], float] = {}
+    with MemWalTable.open(uri) as table:
+        for version in lance.dataset(uri).versions()[1:]:  # version 1 predates MemWAL
+            merged = table.index_details(version["version"]).merged
+            stamp = version["timestamp"].timestamp()
+            for region, generation in merged.items():
+                for g in range(1, generation + 1):
+                    seen.setdefault((region, g), stamp)
+    return seen
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--flushes", type=int, default=20)
+    parser.add_argument("--regions", type=int, default=4)
+    parser.add_argument("--gap", type=float, default=2.0, help="seconds between flushes")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        uri = str(Path(tmp) / "table")
+        base = pa.table({"id": pa.array(range(10_000), pa.int64()), "v": ["base"] * 10_000}, schema=SCHEMA)
+        lance.write_dataset(base, uri).initialize_mem_wal()
+        regions = [str(uuid.uuid4()) for _ in range(args.regions)]
+        listing = Path(tmp) / "tables.yaml"
+        listing.write_text(f"tables:\n  - {{name: lag, uri: '{uri}'}}\n")
+        started = time.perf_counter()
+        with DagsterDeployment(listing) as dagster:
+            print(f"webserver + daemon ready in {time.perf_counter() - started:.1f} s")
+            dagster.start_sensor("lag_flushed_generations")
+            flushes: list[tuple[str, int, float]] = []
+            for i in range(args.flushes):
+                region = regions[i % len(regions)]
+                keys = range(
+                    100_000 * (i % len(regions)) + i * 10, 100_000 * (i % len(regions)) + i * 10 + 50
+                )
+                generation, at = flush(uri, region, keys, f"f{i}")
+                flushes.append((region, generation, at))
+                time.sleep(args.gap)
+            deadline = time.time() + 600
+            while time.time() < deadline:
+                merged = merge_times(uri)
+                if all((r, g) in merged for r, g, _ in flushes):
+                    break
+                time.sleep(1.0)
+            else:
+                raise SystemExit("not every flush was merged within 10 minutes")
+            lags = [merged[(r, g)] - at for r, g, at in flushes]
+            from dagster import DagsterEventType, DagsterInstance
+            from dagster._core.instance.ref import InstanceRef
+
+            instance = DagsterInstance.from_ref(InstanceRef.from_dir(str(dagster.home)))
+            queued, launch = [], []
+            for record in instance.get_run_records():
+                run = record.dagster_run
+                if not run.job_name.endswith("_merge") or record.start_time is None:
+                    continue
+                queued.append(record.start_time - record.create_timestamp.timestamp())
+                steps = instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_START)
+                if steps:
+                    launch.append(steps[0].timestamp - record.start_time)
+        print(f"{len(flushes)} flushes over {args.regions} regions, {args.gap:.1f} s apart, sensor every 5 s")
+        print(
+            f"flush -> merge commit: median {statistics.median(lags):.1f} s, "
+            f"p95 {percentile(lags, 0.95):.1f} s, max {max(lags):.1f} s (aim: median < 30 s)"
+        )
+        print(
+            f"merge runs: {len(queued)}; queued -> started median {statistics.median(queued):.1f} s; "
+            f"run start -> step start median {statistics.median(launch):.1f} s"
+        )
+
+
+if __name__ == "__main__":
+    main()
