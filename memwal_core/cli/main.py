@@ -19,9 +19,17 @@ from memwal_core.cli.progress import RegionProgress
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import MemwalError
 from memwal_core.services.catchup import catchup
+from memwal_core.services.compact import (
+    DEFAULT_DELETION_THRESHOLD,
+    DEFAULT_MAX_TASKS,
+    DEFAULT_TARGET_ROWS,
+    compact,
+    make_compaction_engine,
+)
 from memwal_core.services.initialize import RegionSpecChoice, initialize
 from memwal_core.services.merge.engine import make_engine
 from memwal_core.services.merge.service import merge
+from memwal_core.services.retain import parse_duration, retain
 from memwal_core.services.snapshot.plan import DEFAULT_INLINE_THRESHOLD
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
@@ -95,6 +103,32 @@ def _cmd_snapshot(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     return result.to_json(), result.to_text(), 0
 
 
+def _cmd_compact(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    result = compact(
+        table,
+        engine=make_compaction_engine(args.engine, spark_master=args.spark_master),
+        target_rows_per_fragment=args.target_rows,
+        deletion_threshold=args.deletion_threshold,
+        max_tasks=args.max_tasks,
+        dry_run=args.dry_run,
+    )
+    return result.to_json(), result.to_text(), 0
+
+
+def _cmd_retain(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    result = retain(
+        table, older_than=parse_duration(args.older_than), keep_versions=args.keep_versions, force=args.force
+    )
+    return result.to_json(), result.to_text(), 0
+
+
+def _engine_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--engine", choices=["local", "spark"], default="local", help=what)
+    parser.add_argument(
+        "--spark-master", metavar="URL", help="Spark master (default: MEMWAL_SPARK_MASTER or local[*])"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("table", help="table URI: a path, file://... or s3://bucket/prefix")
@@ -138,12 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--region", action="append", default=[], metavar="UUID", help="only this region (repeatable)"
     )
     p.add_argument("--max-generations", type=int, metavar="N", help="merge at most N generations per region")
-    p.add_argument(
-        "--engine", choices=["local", "spark"], default="local", help="where generations are collapsed"
-    )
-    p.add_argument(
-        "--spark-master", metavar="URL", help="Spark master (default: MEMWAL_SPARK_MASTER or local[*])"
-    )
+    _engine_arguments(p, "where generations are collapsed")
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.set_defaults(run=_cmd_merge)
 
@@ -171,6 +200,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="also refresh stale WAL position hints in region manifests (best effort, same epoch)",
     )
     p.set_defaults(run=_cmd_snapshot)
+
+    p = sub.add_parser("compact", parents=[common], help="compact the base table's fragments")
+    _engine_arguments(p, "where Lance's rewrite tasks run")
+    p.add_argument(
+        "--target-rows",
+        type=int,
+        default=DEFAULT_TARGET_ROWS,
+        metavar="N",
+        help="rows per fragment to aim at",
+    )
+    p.add_argument(
+        "--deletion-threshold",
+        type=float,
+        default=DEFAULT_DELETION_THRESHOLD,
+        metavar="R",
+        help="rewrite a fragment whose deleted share exceeds R (0..1)",
+    )
+    p.add_argument(
+        "--max-tasks",
+        type=int,
+        default=DEFAULT_MAX_TASKS,
+        metavar="N",
+        help="at most N rewrite tasks per run",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.set_defaults(run=_cmd_compact)
+
+    p = sub.add_parser("retain", parents=[common], help="remove old base-table versions (never tagged ones)")
+    p.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 90m, 12h, 7d")
+    p.add_argument("--keep-versions", type=int, metavar="N", help="always keep the N newest versions")
+    p.add_argument("--force", action="store_true", help="allow an age under one hour")
+    p.set_defaults(run=_cmd_retain)
 
     p = sub.add_parser(
         "demo", parents=[common], help="create a demo MemWAL table with a backlog, then show it"

@@ -1,0 +1,145 @@
+"""`retain`: remove old base-table versions (never tagged ones) with Lance's `cleanup_old_versions`.
+
+Every merge leaves a table version behind, and the garbage collector keeps a
+generation while any retained version still has lower merge progress for its
+region (time travel to that version must still read correctly). So without
+retention nothing can ever be collected. Like Iceberg's and Delta's expiry,
+it refuses an age under one hour unless forced: a reader that opened an older
+version (a long scan, an LSM read pinned to a version) would lose its files.
+
+Lance 14 fact: cleanup deletes an external region snapshot file
+(`_indices/{uuid}/index.lance`) together with the version that wrote it,
+although later versions still point to it. When that happens, `retain`
+rebuilds the snapshot at once and says so.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from memwal_core.errors import BadInputError, NotFoundError
+from memwal_core.table import MemWalTable
+
+MIN_AGE = timedelta(hours=1)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`90m`, `2h`, `7d`, `3600s`, `1w` as a timedelta; BadInputError for anything else."""
+    match = _DURATION.match(text.lower())
+    if not match:
+        raise BadInputError(f"duration {text!r} is not a number with a unit s, m, h, d or w (e.g. 90m, 7d)")
+    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+
+
+@dataclass(frozen=True)
+class RetentionResult:
+    table: str
+    older_than_seconds: float
+    keep_versions: int | None
+    versions_before: int
+    removed_versions: list[int]
+    oldest_retained: int
+    tagged_versions: list[int]
+    bytes_removed: int
+    data_files_removed: int
+    snapshot_rebuilt: bool
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "older_than_seconds": self.older_than_seconds,
+            "keep_versions": self.keep_versions,
+            "versions_before": self.versions_before,
+            "removed_versions": self.removed_versions,
+            "versions_removed": len(self.removed_versions),
+            "oldest_retained_version": self.oldest_retained,
+            "tagged_versions": self.tagged_versions,
+            "bytes_removed": self.bytes_removed,
+            "data_files_removed": self.data_files_removed,
+            "snapshot_rebuilt": self.snapshot_rebuilt,
+            "seconds": round(self.seconds, 4),
+        }
+
+    def to_text(self) -> str:
+        lines = [
+            f"retention of {self.table}: removed {len(self.removed_versions)} version(s), "
+            f"{self.bytes_removed} bytes; oldest retained version {self.oldest_retained}"
+        ]
+        if self.tagged_versions:
+            lines.append(f"  tagged versions kept: {self.tagged_versions}")
+        if self.snapshot_rebuilt:
+            lines.append("  the region snapshot file went with its version; rebuilt it")
+        return "\n".join(lines)
+
+
+def _version_numbers(table: MemWalTable) -> list[int]:
+    return sorted(int(v["version"]) for v in table.dataset().versions())
+
+
+def _snapshot_file_gone(table: MemWalTable) -> bool:
+    """Whether the latest details name a region snapshot stored in a file that can no longer be read."""
+    from memwal_core.services.snapshot.stored import read_stored_snapshot
+
+    details = table.index_details()
+    if not details.snapshot_ts_millis or details.has_inline_snapshot:
+        return False
+    try:
+        read_stored_snapshot(table, details)
+    except NotFoundError:
+        return True
+    return False
+
+
+def retain(
+    table: MemWalTable,
+    *,
+    older_than: timedelta,
+    keep_versions: int | None = None,
+    force: bool = False,
+) -> RetentionResult:
+    """Remove untagged versions older than `older_than`, keeping at least `keep_versions` newest.
+
+    Example:
+        >>> with MemWalTable.open("demo/table") as table:  # doctest: +SKIP
+        ...     print(retain(table, older_than=parse_duration("7d")).to_json()["oldest_retained_version"])
+    """
+    if older_than < MIN_AGE and not force:
+        raise BadInputError(
+            f"refusing to remove versions younger than {MIN_AGE} (asked: {older_than}); "
+            "readers may still use them: pass --force to do it anyway"
+        )
+    if keep_versions is not None and keep_versions < 1:
+        raise BadInputError(f"--keep-versions must be at least 1, not {keep_versions}")
+    started = time.perf_counter()
+    before = _version_numbers(table)
+    dataset = table.dataset()
+    tagged = sorted({int(t["version"]) for t in dataset.tags.list().values()})
+    stats = dataset.cleanup_old_versions(
+        older_than=older_than, retain_versions=keep_versions, error_if_tagged_old_versions=False
+    )
+    after = _version_numbers(table)
+    rebuilt = _snapshot_file_gone(table)
+    if rebuilt:
+        from memwal_core.services.snapshot.service import build_snapshot
+
+        build_snapshot(table)
+    return RetentionResult(
+        table=table.uri,
+        older_than_seconds=older_than.total_seconds(),
+        keep_versions=keep_versions,
+        versions_before=len(before),
+        removed_versions=sorted(set(before) - set(after)),
+        oldest_retained=after[0] if after else 0,
+        tagged_versions=tagged,
+        bytes_removed=int(stats.bytes_removed),
+        data_files_removed=int(stats.data_files_removed),
+        snapshot_rebuilt=rebuilt,
+        seconds=time.perf_counter() - started,
+    )
