@@ -18,6 +18,8 @@ from typing import Any
 from memwal_core.cli.progress import RegionProgress
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import MemwalError
+from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS, GcPolicy
+from memwal_core.services.gc.service import gc
 from memwal_core.services.initialize import RegionSpecChoice, initialize
 from memwal_core.services.merge.engine import make_engine
 from memwal_core.services.merge.service import merge
@@ -82,6 +84,13 @@ def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     return result.to_json(), result.to_text(), code
 
 
+def _cmd_gc(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    policy = GcPolicy(grace_seconds=args.grace_seconds)
+    result = gc(table, dry_run=args.dry_run, policy=policy, progress=RegionProgress())
+    code = max((f.exit_code for f in result.failures), default=0)
+    return result.to_json(), result.to_text(), code
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("table", help="table URI: a path, file://... or s3://bucket/prefix")
@@ -133,6 +142,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.set_defaults(run=_cmd_merge)
+
+    p = sub.add_parser("gc", parents=[common], help="delete what is provably no longer needed")
+    p.add_argument("--dry-run", action="store_true", help="report what would be deleted, change nothing")
+    p.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=DEFAULT_GRACE_SECONDS,
+        metavar="S",
+        help="delete a pruned generation's directory only S seconds after its pruning (default 3600)",
+    )
+    p.set_defaults(run=_cmd_gc)
 
     p = sub.add_parser(
         "demo", parents=[common], help="create a demo MemWAL table with a backlog, then show it"

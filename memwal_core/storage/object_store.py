@@ -121,6 +121,10 @@ class ObjectStore(ABC):
     def delete(self, path: str) -> None:
         """Delete one object; deleting an absent object is not an error."""
 
+    def delete_many(self, paths: Sequence[str]) -> None:
+        """Delete many objects (absent ones are not an error); stores with batch deletes override this."""
+        self.map(self.delete, paths)
+
     def close(self) -> None:
         """Release the I/O threads."""
         with self._pool_lock:

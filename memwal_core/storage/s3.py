@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 import urllib3
@@ -14,6 +14,9 @@ from memwal_core.storage.retry import RetryPolicy
 from memwal_core.storage.s3_http import S3HttpError, SignedHttp
 
 T = TypeVar("T")
+
+# S3 accepts at most 1,000 keys per DeleteObjects request.
+DELETE_BATCH = 1000
 
 
 class S3Store(ObjectStore):
@@ -217,3 +220,23 @@ class S3Store(ObjectStore):
             path,
             lambda: self._client.delete_object(Bucket=self.bucket, Key=self._key(path)),
         )
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        """One DeleteObjects request per 1,000 keys (S3's batch limit), batches in parallel."""
+        batches = [list(paths[i : i + DELETE_BATCH]) for i in range(0, len(paths), DELETE_BATCH)]
+
+        def delete_batch(batch: list[str]) -> None:
+            objects = [{"Key": self._key(p)} for p in batch]
+            response = self._call(
+                "delete_many",
+                batch[0],
+                lambda: self._client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True}
+                ),
+            )
+            errors = [e for e in response.get("Errors", []) or [] if e.get("Code") != "NoSuchKey"]
+            if errors:
+                key = errors[0].get("Key", "")
+                raise StorageError(f"delete of s3://{self.bucket}/{key} failed ({errors[0].get('Code')})")
+
+        self.map(delete_batch, batches)
