@@ -59,20 +59,13 @@ def prune_generations(manifests: RegionManifestStore, paths: set[str]) -> int | 
     )
 
 
-def delete_directory(store: ObjectStore, path: str) -> int:
-    """Delete every object below `path`; the number deleted. Re-running finishes a partial delete."""
-    files = [info.path for info in store.list_files(path, recursive=True)]
-    store.delete_many(files)
-    return len(files)
-
-
 def execute_region(store: ObjectStore, manifests: RegionManifestStore, plan: RegionGcPlan) -> RegionGcOutcome:
     """Apply one region's plan (see the module docstring for the order)."""
     region_dir = f"{MEM_WAL_DIR}/{plan.region}"
     pruned_in = prune_generations(manifests, {d.path for d in plan.prune}) if plan.prune else None
     objects = 0
     for directory in plan.deleted_dirs:
-        objects += delete_directory(store, f"{region_dir}/{directory.path}")
+        objects += store.delete_tree(f"{region_dir}/{directory.path}")
     wal_dir = f"{region_dir}/{REGION_WAL_DIR}"
     store.delete_many([f"{wal_dir}/{wal_entry_name(p)}" for p in plan.wal_delete])
     if plan.manifest_delete:
