@@ -16,7 +16,13 @@ from typing import Any
 import pyarrow as pa
 
 from memwal_core.errors import MemwalError, MemWalNotEnabledError, NotFoundError
-from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, generation_from_dir_name, parse_bitrev64
+from memwal_core.format.naming import (
+    MEM_WAL_DIR,
+    REGION_WAL_DIR,
+    generation_from_dir_name,
+    parse_bitrev64,
+    wal_entry_name,
+)
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.region_store import RegionManifestStore
 from memwal_core.services.gc.rules import (
@@ -193,16 +199,23 @@ def plan_wal(
     candidates = [p for p in covered[:split] if now - entries[p].mtime >= policy.wal_min_age]
     kept[WAL_TOO_YOUNG] = split - len(candidates)
     kept[WAL_FENCE_SENTINEL] = 0
-    # Entries below the current epoch's fence sentinel carry older epochs; above it, the current one.
-    for position in reversed(candidates):
-        meta = wal_entry_metadata(store_read(f"{wal_dir}/{entries[position].path.rsplit('/', 1)[-1]}"))
-        epoch = int(meta.get(b"writer_epoch", b"0") or 0)
-        if epoch < latest.writer_epoch:
-            break
-        if meta.get(b"fence_sentinel") == b"true":
-            candidates.remove(position)
+    if latest.writer_epoch > 1 and candidates:  # the first claim of a region writes no sentinel
+
+        def epoch_and_sentinel(position: int) -> tuple[int, bool]:
+            meta = wal_entry_metadata(store_read(f"{wal_dir}/{wal_entry_name(position)}"))
+            return int(meta.get(b"writer_epoch", b"0") or 0), meta.get(b"fence_sentinel") == b"true"
+
+        # The current epoch's sentinel is its first entry: binary search for where that epoch begins.
+        lo, hi = 0, len(candidates)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if epoch_and_sentinel(candidates[mid])[0] >= latest.writer_epoch:
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo < len(candidates) and epoch_and_sentinel(candidates[lo])[1]:
             kept[WAL_FENCE_SENTINEL] = 1
-            break
+            del candidates[lo]
     return candidates, {reason: n for reason, n in kept.items() if n}
 
 
