@@ -246,7 +246,7 @@ def plan_region(
 
     region_dir = f"{MEM_WAL_DIR}/{region}"
     stored = manifests.stored_versions()
-    versions = sorted(v for v in stored if v <= latest.version)
+    versions = sorted({*(v for v in stored if v <= latest.version), latest.version})
     read = _VersionReader(manifests, latest)
     delete_dirs: list[GenerationDir] = []
     pinned: list[int] = []  # manifest versions that time a grace period still running
