@@ -240,3 +240,16 @@ class S3Store(ObjectStore):
                 raise StorageError(f"delete of s3://{self.bucket}/{key} failed ({errors[0].get('Code')})")
 
         self.map(delete_batch, batches)
+
+    def delete_tree(self, path: str) -> int:
+        files = [info.path for info in self.list_files(path, recursive=True)]
+        # Some S3 servers (SeaweedFS) keep emptied folders as listable prefixes unless
+        # their "dir/" keys are deleted too; on AWS these keys are absent and cost nothing.
+        folders = {path} | {f.rsplit("/", 1)[0] for f in files}
+        for folder in list(folders):
+            while folder.startswith(f"{path}/"):
+                folder = folder.rsplit("/", 1)[0]
+                folders.add(folder)
+        markers = [f"{folder}/" for folder in sorted(folders, key=lambda f: -f.count("/"))]
+        self.delete_many(files + markers if files else [])
+        return len(files)

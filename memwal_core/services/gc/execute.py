@@ -11,6 +11,7 @@ versions, or nothing changed: every later run, reader and writer copes.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from memwal_core.errors import AlreadyExistsError, ConflictError
@@ -21,6 +22,7 @@ from memwal_core.storage.object_store import ObjectStore
 
 # Lance's writer also gives up after 10 collisions.
 MAX_PRUNE_ATTEMPTS = 10
+DIRECTORY_THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -63,9 +65,9 @@ def execute_region(store: ObjectStore, manifests: RegionManifestStore, plan: Reg
     """Apply one region's plan (see the module docstring for the order)."""
     region_dir = f"{MEM_WAL_DIR}/{plan.region}"
     pruned_in = prune_generations(manifests, {d.path for d in plan.prune}) if plan.prune else None
-    objects = 0
-    for directory in plan.deleted_dirs:
-        objects += store.delete_tree(f"{region_dir}/{directory.path}")
+    # Directories in parallel on threads of their own (the store's pool serves the deletes).
+    with ThreadPoolExecutor(DIRECTORY_THREADS, thread_name_prefix="memwal-gc-dirs") as pool:
+        objects = sum(pool.map(store.delete_tree, [f"{region_dir}/{d.path}" for d in plan.deleted_dirs]))
     wal_dir = f"{region_dir}/{REGION_WAL_DIR}"
     store.delete_many([f"{wal_dir}/{wal_entry_name(p)}" for p in plan.wal_delete])
     if plan.manifest_delete:
