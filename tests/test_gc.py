@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -226,6 +227,7 @@ def test_dry_run_changes_nothing(tmp_path: Path) -> None:
     result = run_gc(uri, dry_run=True)
     assert result.dry_run and deleted(result) == [1, 2, 3] and result.to_json()["wal_entries"]["deleted"] > 0
     assert tree_digest(Path(uri)) == before
+    assert pickle.loads(pickle.dumps(result.plan)) == result.plan  # plans ship to other processes
     with MemWalTable.open(uri) as table:
         assert gc(table, policy=NOW).dry_run  # the Python API is a dry run unless told otherwise
     assert tree_digest(Path(uri)) == before
