@@ -251,5 +251,5 @@ class S3Store(ObjectStore):
                 folder = folder.rsplit("/", 1)[0]
                 folders.add(folder)
         markers = [f"{folder}/" for folder in sorted(folders, key=lambda f: -f.count("/"))]
-        self.delete_many(files + markers if files else [])
+        self.delete_many(files + markers)
         return len(files)

@@ -258,8 +258,6 @@ def plan_region(
             kept.append(KeptGeneration(region, generation, name, FLUSH_IN_PROGRESS))
             continue
         files = store.list_files(f"{region_dir}/{name}", recursive=True)
-        if not files:
-            continue  # already deleted; some stores (SeaweedFS) still list the empty prefix
         dropped_in = first_unlisting_version(versions, read, generation, name)
         before = dropped_in - 1
         orphan = before not in stored or name not in {g.path for g in read(before).generations}

@@ -44,6 +44,7 @@ class GcResult:
 
     def to_json(self) -> dict[str, Any]:
         done = set(self.done_regions)
+        pruned_in = {o.region: o.pruned_in_version for o in self.outcomes}
         plans = [p for p in self.plan.regions if p.region in done]
         wal_kept: Counter[str] = Counter()
         for p in self.plan.regions:
@@ -56,8 +57,14 @@ class GcResult:
             "maintained_indexes": list(self.plan.maintained_indexes),
             "retained_versions": len(self.plan.retained_versions),
             "deleted": [d.to_json(self.table) for p in plans for d in p.deleted_dirs],
+            # `manifest_version`: the version that dropped it (None in a dry run, or when found already dropped).
             "pruned": [
-                {"region": p.region, "generation": d.generation, "path": d.path}
+                {
+                    "region": p.region,
+                    "generation": d.generation,
+                    "path": d.path,
+                    "manifest_version": pruned_in.get(p.region),
+                }
                 for p in plans
                 for d in p.prune
             ],
@@ -67,6 +74,7 @@ class GcResult:
                 "kept": dict(sorted(wal_kept.items())),
             },
             "manifest_versions_deleted": sum(len(p.manifest_delete) for p in plans),
+            "objects_deleted": sum(o.objects_deleted for o in self.outcomes),
             "failures": [{"region": f.region, "error": f.error} for f in self.failures],
             "seconds_plan": round(self.seconds_plan, 4),
             "seconds_execute": round(self.seconds_execute, 4),
