@@ -226,9 +226,8 @@ def plan_region(
     store = table.store
     manifests = table.region_store(region)
     try:
-        latest = (
-            manifests.read_latest()
-        )  # before listing directories: a flush after this is unlisted but young
+        # Read before listing directories: a directory flushed after this read is young or in flight.
+        latest = manifests.read_latest()
     except NotFoundError:
         return None
     grace = policy.grace_seconds
