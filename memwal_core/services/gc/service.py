@@ -89,7 +89,7 @@ class GcResult:
             f"gc of {self.plan.table_uri}{' [dry run]' if self.dry_run else ''} (grace {self.plan.policy.grace_seconds:g} s)",
             f"  {verb} {len(payload['deleted'])} generation directories, "
             f"{payload['wal_entries']['deleted']} WAL entries, {payload['manifest_versions_deleted']} manifest versions; "
-            f"pruned {len(payload['pruned'])} generations from region manifests",
+            f"{'would prune' if self.dry_run else 'pruned'} {len(payload['pruned'])} generations from region manifests",
         ]
         if reasons:
             lines.append("  kept: " + ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())))
