@@ -26,6 +26,8 @@ from memwal_core.services.compact import (
     compact,
     make_compaction_engine,
 )
+from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS, GcPolicy
+from memwal_core.services.gc.service import gc
 from memwal_core.services.initialize import RegionSpecChoice, initialize
 from memwal_core.services.merge.engine import make_engine
 from memwal_core.services.merge.service import merge
@@ -129,6 +131,13 @@ def _engine_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def _cmd_gc(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    policy = GcPolicy(grace_seconds=args.grace_seconds)
+    result = gc(table, dry_run=args.dry_run, policy=policy, progress=RegionProgress())
+    code = max((f.exit_code for f in result.failures), default=0)
+    return result.to_json(), result.to_text(), code
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("table", help="table URI: a path, file://... or s3://bucket/prefix")
@@ -175,6 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_arguments(p, "where generations are collapsed")
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.set_defaults(run=_cmd_merge)
+
+    p = sub.add_parser("gc", parents=[common], help="delete what is provably no longer needed")
+    p.add_argument("--dry-run", action="store_true", help="report what would be deleted, change nothing")
+    p.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=DEFAULT_GRACE_SECONDS,
+        metavar="S",
+        help="delete a pruned generation's directory only S seconds after its pruning (default 3600)",
+    )
+    p.set_defaults(run=_cmd_gc)
 
     p = sub.add_parser(
         "catchup", parents=[common], help="bring base-table indexes up to date with merged data"

@@ -18,6 +18,7 @@ from memwal_core.format.naming import (
     MEM_WAL_DIR,
     REGION_MANIFEST_DIR,
     VERSION_HINT_FILE,
+    parse_bitrev64,
     region_manifest_name,
 )
 from memwal_core.format.regions import RegionManifest
@@ -106,10 +107,32 @@ class RegionManifestStore:
                 raise NotFoundError(
                     f"region {self.region} has no manifest in {self.store.describe(self.dir)}"
                 ) from None
-        # A hint pointing at a missing version: fall back to probing from 1.
-        if not self.store.exists(self.path(1)):
+        # A hint pointing at a missing version: fall back to probing from 1, or,
+        # once garbage collection has removed the oldest versions, from the
+        # oldest one still stored (the only LIST on this path, and a rare one).
+        oldest = 1 if self.store.exists(self.path(1)) else self.oldest_version()
+        if oldest is None:
             raise NotFoundError(f"region {self.region} has no manifest in {self.store.describe(self.dir)}")
-        return self.read(self._probe_from(1))
+        return self.read(self._probe_from(oldest))
+
+    def stored_versions(self) -> dict[int, float]:
+        """Every stored version and its creation time (one LIST); for GC and recovery, not reads."""
+        versions: dict[int, float] = {}
+        for info in self.store.list_files(self.dir):
+            name = info.path.rsplit("/", 1)[-1]
+            if name.endswith(".binpb"):
+                versions[parse_bitrev64(name[: -len(".binpb")])] = info.mtime
+        return versions
+
+    def oldest_version(self) -> int | None:
+        """The oldest stored version, or None if the region has none."""
+        return min(self.stored_versions(), default=None)
+
+    def write_hint(self, version: int) -> None:
+        """Point `version_hint.json` at `version` (best effort: readers probe past a stale hint)."""
+        hint = json.dumps({"version": version}, separators=(",", ":")).encode()
+        with contextlib.suppress(StorageError):
+            self.store.write(f"{self.dir}/{VERSION_HINT_FILE}", hint)
 
     def write_next(self, current: RegionManifest, message_bytes: bytes) -> None:
         """Write version `current.version + 1` if nobody else has; then update the hint.
@@ -119,6 +142,4 @@ class RegionManifestStore:
         """
         version = current.version + 1
         self.store.put_if_not_exists(self.path(version), message_bytes)
-        hint = json.dumps({"version": version}, separators=(",", ":")).encode()
-        with contextlib.suppress(StorageError):
-            self.store.write(f"{self.dir}/{VERSION_HINT_FILE}", hint)
+        self.write_hint(version)

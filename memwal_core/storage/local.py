@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Callable
@@ -112,3 +113,11 @@ class LocalStore(ObjectStore):
 
     def delete(self, path: str) -> None:
         self._io("delete", path, lambda: self._path(path).unlink(missing_ok=True))
+
+    def delete_tree(self, path: str) -> int:
+        deleted = super().delete_tree(path)
+        # Directories are not objects: drop the emptied ones, or listings would still show them.
+        for dirpath, _dirs, _files in os.walk(self._path(path), topdown=False):
+            with contextlib.suppress(OSError):
+                os.rmdir(dirpath)
+        return deleted

@@ -127,6 +127,16 @@ class ObjectStore(ABC):
     def delete(self, path: str) -> None:
         """Delete one object; deleting an absent object is not an error."""
 
+    def delete_many(self, paths: Sequence[str]) -> None:
+        """Delete many objects (absent ones are not an error); stores with batch deletes override this."""
+        self.map(self.delete, paths)
+
+    def delete_tree(self, path: str) -> int:
+        """Delete every object below `path/`; the number deleted. Re-running finishes a partial delete."""
+        files = [info.path for info in self.list_files(path, recursive=True)]
+        self.delete_many(files)
+        return len(files)
+
     def close(self) -> None:
         """Release the I/O threads."""
         with self._pool_lock:

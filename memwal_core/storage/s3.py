@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 import urllib3
@@ -14,6 +14,9 @@ from memwal_core.storage.retry import RetryPolicy
 from memwal_core.storage.s3_http import S3HttpError, SignedHttp
 
 T = TypeVar("T")
+
+# S3 accepts at most 1,000 keys per DeleteObjects request.
+DELETE_BATCH = 1000
 
 
 class S3Store(ObjectStore):
@@ -217,3 +220,36 @@ class S3Store(ObjectStore):
             path,
             lambda: self._client.delete_object(Bucket=self.bucket, Key=self._key(path)),
         )
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        """One DeleteObjects request per 1,000 keys (S3's batch limit), batches in parallel."""
+        batches = [list(paths[i : i + DELETE_BATCH]) for i in range(0, len(paths), DELETE_BATCH)]
+
+        def delete_batch(batch: list[str]) -> None:
+            objects = [{"Key": self._key(p)} for p in batch]
+            response = self._call(
+                "delete_many",
+                batch[0],
+                lambda: self._client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True}
+                ),
+            )
+            errors = [e for e in response.get("Errors", []) or [] if e.get("Code") != "NoSuchKey"]
+            if errors:
+                key = errors[0].get("Key", "")
+                raise StorageError(f"delete of s3://{self.bucket}/{key} failed ({errors[0].get('Code')})")
+
+        self.map(delete_batch, batches)
+
+    def delete_tree(self, path: str) -> int:
+        files = [info.path for info in self.list_files(path, recursive=True)]
+        # Some S3 servers (SeaweedFS) keep emptied folders as listable prefixes unless
+        # their "dir/" keys are deleted too; on AWS these keys are absent and cost nothing.
+        folders = {path} | {f.rsplit("/", 1)[0] for f in files}
+        for folder in list(folders):
+            while folder.startswith(f"{path}/"):
+                folder = folder.rsplit("/", 1)[0]
+                folders.add(folder)
+        markers = [f"{folder}/" for folder in sorted(folders, key=lambda f: -f.count("/"))]
+        self.delete_many(files + markers)
+        return len(files)

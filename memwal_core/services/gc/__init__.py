@@ -1,0 +1,1 @@
+"""Garbage collection: delete merged generations, WAL entries and old region manifests once provably unneeded."""

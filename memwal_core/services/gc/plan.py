@@ -1,0 +1,282 @@
+"""GC plans: per region, which generations to prune from the manifest, which directories,
+WAL entries and manifest versions to delete, and why everything else is kept.
+
+A plan is frozen and picklable, read at one table version and one instant
+(`planned_at`), so a dry run prints exactly what a real run would do.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from memwal_core.errors import MemwalError, MemWalNotEnabledError, NotFoundError
+from memwal_core.format.naming import (
+    MEM_WAL_DIR,
+    REGION_WAL_DIR,
+    generation_from_dir_name,
+    parse_bitrev64,
+)
+from memwal_core.format.regions import RegionManifest
+from memwal_core.model.region_store import RegionManifestStore
+from memwal_core.services.gc.rules import (
+    FLUSH_IN_PROGRESS,
+    GRACE_PERIOD,
+    GcPolicy,
+    RegionBounds,
+    region_bounds,
+)
+from memwal_core.services.gc.wal import plan_wal
+from memwal_core.services.merge.plan import RegionFailure
+from memwal_core.table import MemWalTable
+
+WAL_SUFFIX = ".arrow"
+REGION_THREADS = 8
+
+
+@dataclass(frozen=True)
+class GenerationDir:
+    """A flushed-generation directory (`path` is relative to its region directory)."""
+
+    region: str
+    generation: int
+    path: str
+    # Listed by no manifest version we can still read: a failed flush, not a pruned generation.
+    orphan: bool = False
+
+    def to_json(self, table: MemWalTable) -> dict[str, Any]:
+        return {
+            "region": self.region,
+            "generation": self.generation,
+            "path": table.store.describe(f"{MEM_WAL_DIR}/{self.region}/{self.path}"),
+            "orphan": self.orphan,
+        }
+
+
+@dataclass(frozen=True)
+class KeptGeneration:
+    """A generation (directory) GC keeps, and the rule that keeps it."""
+
+    region: str
+    generation: int
+    path: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "region": self.region,
+            "generation": self.generation,
+            "path": self.path,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class RegionGcPlan:
+    """What GC does in one region, read from its manifest version `manifest_version`."""
+
+    region: str
+    manifest_version: int
+    prune: tuple[GenerationDir, ...]
+    # Grace period 0: the pruned directories go in the same run.
+    delete_pruned: bool
+    delete_dirs: tuple[GenerationDir, ...]
+    kept: tuple[KeptGeneration, ...]
+    wal_delete: tuple[int, ...]
+    wal_kept: tuple[tuple[str, int], ...]
+    manifest_delete: tuple[int, ...]
+
+    @property
+    def deleted_dirs(self) -> tuple[GenerationDir, ...]:
+        return self.delete_dirs + (self.prune if self.delete_pruned else ())
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.prune or self.delete_dirs or self.wal_delete or self.manifest_delete)
+
+
+@dataclass(frozen=True)
+class GcPlan:
+    """Everything one GC run does, read at table version `table_version` at time `planned_at`."""
+
+    table_uri: str
+    table_version: int
+    planned_at: float
+    policy: GcPolicy
+    maintained_indexes: tuple[str, ...]
+    retained_versions: tuple[int, ...]
+    regions: tuple[RegionGcPlan, ...]
+    failures: tuple[RegionFailure, ...] = ()
+
+
+def maintained_index_names(dataset: Any, maintained: tuple[str, ...], all_indexes: bool) -> list[str]:
+    """The indexes the MemWAL keeps caught up: the named ones, or every user index."""
+    if not all_indexes:
+        return list(maintained)
+    return sorted({index.name for index in dataset.describe_indices() if not index.name.startswith("__")})
+
+
+def retained_progress(table: MemWalTable, dataset: Any) -> tuple[list[int], list[dict[str, int]]]:
+    """Merge progress of every base-table version a reader can still time-travel to (tagged included).
+
+    Versions without MemWAL constrain nothing: no LSM view exists at them.
+    """
+    versions = {int(v["version"]) for v in dataset.versions()}
+    versions |= {int(tag["version"]) for tag in dataset.tags.list().values()}
+
+    def progress(version: int) -> dict[str, int] | None:
+        try:
+            return table.index_details(version).merged
+        except (MemWalNotEnabledError, NotFoundError):
+            return None  # no MemWAL then, or removed by Lance's cleanup meanwhile
+
+    ordered = sorted(versions)
+    found = table.store.map(progress, ordered)
+    kept = [(v, p) for v, p in zip(ordered, found, strict=True) if p is not None]
+    return [v for v, _ in kept], [p for _, p in kept]
+
+
+class _VersionReader:
+    """Region manifest versions read at most once per plan."""
+
+    def __init__(self, store: RegionManifestStore, latest: RegionManifest) -> None:
+        self.store = store
+        self.cache: dict[int, RegionManifest] = {latest.version: latest}
+
+    def __call__(self, version: int) -> RegionManifest:
+        if version not in self.cache:
+            self.cache[version] = self.store.read(version)
+        return self.cache[version]
+
+
+def first_unlisting_version(
+    versions: list[int], read: Callable[[int], RegionManifest], generation: int, path: str
+) -> int:
+    """The oldest stored version that had committed `generation` and no longer lists `path`.
+
+    Monotone in the version (the writer never lists a pruned path again), so a
+    binary search finds it; the last version satisfies it by construction.
+    """
+    lo, hi = 0, len(versions) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        manifest = read(versions[mid])
+        if manifest.current_generation > generation and path not in {g.path for g in manifest.generations}:
+            hi = mid
+        else:
+            lo = mid + 1
+    return versions[lo]
+
+
+def plan_region(
+    table: MemWalTable, region: str, bounds: RegionBounds, policy: GcPolicy, now: float
+) -> RegionGcPlan | None:
+    """The plan of one region; None if it has no manifest yet."""
+    store = table.store
+    manifests = table.region_store(region)
+    try:
+        # Read before listing directories: a directory flushed after this read is young or in flight.
+        latest = manifests.read_latest()
+    except NotFoundError:
+        return None
+    grace = policy.grace_seconds
+    listed = {g.path for g in latest.generations}
+    prune: list[GenerationDir] = []
+    kept: list[KeptGeneration] = []
+    for g in latest.generations:
+        reason = bounds.keep_reason(g.generation)
+        if reason is None:
+            prune.append(GenerationDir(region, g.generation, g.path))
+            if grace > 0:
+                reason = GRACE_PERIOD
+        if reason is not None:
+            kept.append(KeptGeneration(region, g.generation, g.path, reason))
+
+    region_dir = f"{MEM_WAL_DIR}/{region}"
+    stored = manifests.stored_versions()
+    versions = sorted({*(v for v in stored if v <= latest.version), latest.version})
+    read = _VersionReader(manifests, latest)
+    delete_dirs: list[GenerationDir] = []
+    pinned: list[int] = []  # manifest versions that time a grace period still running
+    for name in store.list_dirs(region_dir):
+        generation = generation_from_dir_name(name)
+        if generation is None or name in listed:
+            continue
+        if generation >= latest.current_generation:
+            kept.append(KeptGeneration(region, generation, name, FLUSH_IN_PROGRESS))
+            continue
+        files = store.list_files(f"{region_dir}/{name}", recursive=True)
+        dropped_in = first_unlisting_version(versions, read, generation, name)
+        before = dropped_in - 1
+        orphan = before not in stored or name not in {g.path for g in read(before).generations}
+        since = max([stored.get(dropped_in, now), *(f.mtime for f in files)])
+        if now - since >= grace:
+            delete_dirs.append(GenerationDir(region, generation, name, orphan=orphan))
+        else:
+            kept.append(KeptGeneration(region, generation, name, GRACE_PERIOD))
+            pinned.append(dropped_in)
+
+    wal_dir = f"{region_dir}/{REGION_WAL_DIR}"
+    entries = {
+        parse_bitrev64(info.path.rsplit("/", 1)[-1][: -len(WAL_SUFFIX)]): info
+        for info in store.list_files(wal_dir)
+        if info.path.endswith(WAL_SUFFIX)
+    }
+    wal_delete, wal_kept = plan_wal(store.read, wal_dir, entries, latest, policy, now)
+
+    # Old manifest versions go oldest first, and only a prefix, so the stored versions stay contiguous.
+    cutoff = min([latest.version - policy.keep_manifest_versions + 1, *pinned])
+    manifest_delete: list[int] = []
+    for version in versions:
+        superseded_at = stored.get(version + 1)
+        if version >= cutoff or superseded_at is None or now - superseded_at < grace:
+            break
+        manifest_delete.append(version)
+
+    return RegionGcPlan(
+        region=region,
+        manifest_version=latest.version,
+        prune=tuple(prune),
+        delete_pruned=grace == 0,
+        delete_dirs=tuple(delete_dirs),
+        kept=tuple(sorted(kept, key=lambda k: (k.generation, k.path))),
+        wal_delete=tuple(wal_delete),
+        wal_kept=tuple(sorted(wal_kept.items())),
+        manifest_delete=tuple(manifest_delete),
+    )
+
+
+def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -> GcPlan:
+    """Plan GC for every region of the table."""
+    now = time.time() if now is None else now
+    dataset = table.dataset()
+    details = table.index_details(dataset.version)
+    indexes = maintained_index_names(dataset, details.maintained_indexes, details.maintain_all_indexes)
+    retained_versions, retained = retained_progress(table, dataset)
+    regions = table.region_ids()
+
+    def plan_one(region: str) -> RegionGcPlan | RegionFailure | None:
+        bounds = region_bounds(
+            region, details.merged_generation(region), details.index_catchup, indexes, retained
+        )
+        try:
+            return plan_region(table, region, bounds, policy, now)
+        except MemwalError as exc:
+            return RegionFailure(region, str(exc), exc.exit_code)
+
+    # Regions get their own threads: planning one uses the store's I/O pool itself.
+    with ThreadPoolExecutor(REGION_THREADS, thread_name_prefix="memwal-gc") as pool:
+        outcomes = list(pool.map(plan_one, regions))
+    return GcPlan(
+        table_uri=table.uri,
+        table_version=dataset.version,
+        planned_at=now,
+        policy=policy,
+        maintained_indexes=tuple(indexes),
+        retained_versions=tuple(retained_versions),
+        regions=tuple(o for o in outcomes if isinstance(o, RegionGcPlan)),
+        failures=tuple(o for o in outcomes if isinstance(o, RegionFailure)),
+    )

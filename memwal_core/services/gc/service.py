@@ -1,0 +1,155 @@
+"""`gc`: plan, then (unless a dry run) execute, over every region of a table.
+
+The Python API is a dry run unless told otherwise (`dry_run=False`): deleting
+is the one thing a maintenance service cannot undo.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Any
+
+from memwal_core.errors import MemwalError
+from memwal_core.services.gc.execute import RegionGcOutcome, execute_region
+from memwal_core.services.gc.plan import REGION_THREADS, GcPlan, plan_gc
+from memwal_core.services.gc.rules import GcPolicy
+from memwal_core.services.merge.plan import RegionFailure
+from memwal_core.table import MemWalTable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GcResult:
+    """The outcome of one GC run (or, for a dry run, what it would do)."""
+
+    table: MemWalTable = field(repr=False)
+    plan: GcPlan
+    dry_run: bool
+    outcomes: list[RegionGcOutcome]
+    failures: list[RegionFailure]
+    seconds_plan: float
+    seconds_execute: float
+    requests: dict[str, int]
+
+    @property
+    def done_regions(self) -> list[str]:
+        """Regions whose plan ran (all of them in a dry run, as if it had)."""
+        return [p.region for p in self.plan.regions] if self.dry_run else [o.region for o in self.outcomes]
+
+    def to_json(self) -> dict[str, Any]:
+        done = set(self.done_regions)
+        pruned_in = {o.region: o.pruned_in_version for o in self.outcomes}
+        plans = [p for p in self.plan.regions if p.region in done]
+        wal_kept: Counter[str] = Counter()
+        for p in self.plan.regions:
+            wal_kept.update(dict(p.wal_kept))
+        return {
+            "table": self.plan.table_uri,
+            "dry_run": self.dry_run,
+            "table_version": self.plan.table_version,
+            "grace_seconds": self.plan.policy.grace_seconds,
+            "maintained_indexes": list(self.plan.maintained_indexes),
+            "retained_versions": len(self.plan.retained_versions),
+            "deleted": [d.to_json(self.table) for p in plans for d in p.deleted_dirs],
+            # `manifest_version`: the version that dropped it (None in a dry run, or when found already dropped).
+            "pruned": [
+                {
+                    "region": p.region,
+                    "generation": d.generation,
+                    "path": d.path,
+                    "manifest_version": pruned_in.get(p.region),
+                }
+                for p in plans
+                for d in p.prune
+            ],
+            "kept": [k.to_json() for p in self.plan.regions for k in p.kept],
+            "wal_entries": {
+                "deleted": sum(len(p.wal_delete) for p in plans),
+                "kept": dict(sorted(wal_kept.items())),
+            },
+            "manifest_versions_deleted": sum(len(p.manifest_delete) for p in plans),
+            "objects_deleted": sum(o.objects_deleted for o in self.outcomes),
+            "failures": [{"region": f.region, "error": f.error} for f in self.failures],
+            "seconds_plan": round(self.seconds_plan, 4),
+            "seconds_execute": round(self.seconds_execute, 4),
+            "requests": self.requests,
+        }
+
+    def to_text(self) -> str:
+        payload = self.to_json()
+        verb = "would delete" if self.dry_run else "deleted"
+        reasons = Counter(k["reason"] for k in payload["kept"])
+        lines = [
+            f"gc of {self.plan.table_uri}{' [dry run]' if self.dry_run else ''} (grace {self.plan.policy.grace_seconds:g} s)",
+            f"  {verb} {len(payload['deleted'])} generation directories, "
+            f"{payload['wal_entries']['deleted']} WAL entries, {payload['manifest_versions_deleted']} manifest versions; "
+            f"{'would prune' if self.dry_run else 'pruned'} {len(payload['pruned'])} generations from region manifests",
+        ]
+        if reasons:
+            lines.append("  kept: " + ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())))
+        lines.extend(f"  {f.region}  FAILED: {f.error}" for f in self.failures)
+        return "\n".join(lines)
+
+
+def gc(
+    table: MemWalTable,
+    *,
+    dry_run: bool = True,
+    policy: GcPolicy | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> GcResult:
+    """Delete what is provably unneeded (a dry run by default).
+
+    Example:
+        >>> with MemWalTable.open("demo/table") as table:  # doctest: +SKIP
+        ...     print(gc(table, dry_run=False, policy=GcPolicy(grace_seconds=0)).to_text())
+    """
+    policy = policy or GcPolicy()
+    table.store.stats.reset()
+    started = time.perf_counter()
+    plan = plan_gc(table, policy)
+    planned = time.perf_counter()
+    outcomes: list[RegionGcOutcome] = []
+    failures = list(plan.failures)
+    work = [p for p in plan.regions if p.has_work]
+    if not dry_run:
+        # Regions are independent; each one's steps stay in order on one thread.
+        with ThreadPoolExecutor(REGION_THREADS, thread_name_prefix="memwal-gc") as pool:
+            futures = {
+                pool.submit(execute_region, table.store, table.region_store(p.region), p): p.region
+                for p in work
+            }
+            for done, future in enumerate(as_completed(futures), start=1):
+                region = futures[future]
+                try:
+                    outcome = future.result()
+                except MemwalError as exc:
+                    failures.append(RegionFailure(region, str(exc), exc.exit_code))
+                    log.error("region %s: %s", region, exc)
+                    continue
+                outcomes.append(outcome)
+                log.info(
+                    "region %s: %d directories, %d WAL entries, %d manifest versions deleted",
+                    region,
+                    len(outcome.deleted_dirs),
+                    outcome.wal_deleted,
+                    outcome.manifest_versions_deleted,
+                )
+                if progress is not None:
+                    progress(done, len(work), region)
+    return GcResult(
+        table=table,
+        plan=plan,
+        dry_run=dry_run,
+        outcomes=outcomes,
+        failures=failures,
+        seconds_plan=planned - started,
+        seconds_execute=time.perf_counter() - planned,
+        requests=table.store.stats.snapshot(),
+    )

@@ -1,0 +1,376 @@
+"""Garbage collection: each keep rule, the two-phase delete, live writers and readers, crashes, S3."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pytest
+from lance.mem_wal import LsmScanner, ShardSnapshot
+
+from memwal_core.cli.main import main as cli_main
+from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, wal_entry_name
+from memwal_core.format.regions import RegionManifest
+from memwal_core.services.gc.rules import GcPolicy
+from memwal_core.services.gc.service import GcResult, gc
+from memwal_core.services.gc.wal import wal_entry_metadata
+from memwal_core.services.merge.service import merge
+from memwal_core.table import MemWalTable
+from tests.support.model import ModelTable
+from tests.support.tables import tree_digest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+        pa.field("v", pa.int64()),
+    ]
+)
+NOW = GcPolicy(grace_seconds=0, wal_tail=0, wal_min_age_seconds=0)
+
+
+def rows(start: int, count: int, factor: int = 10) -> list[dict[str, int]]:
+    return [{"id": k, "v": k * factor} for k in range(start, start + count)]
+
+
+def new_table(uri: str, options: dict[str, str] | None = None) -> ModelTable:
+    return ModelTable(uri, SCHEMA, ["id"], base_rows=rows(0, 1), storage_options=options)
+
+
+def write_generations(model: ModelTable, region: str | None, count: int, start: int) -> str:
+    """`count` flushed generations of 10 rows each in one writer session."""
+    return model.write(region, [("put", rows(start, 10 * count))], memtable_rows=10)
+
+
+def forget_old_versions(uri: str) -> None:
+    """Lance's own version cleanup: only the latest version stays (tagged ones excepted)."""
+    lance.dataset(uri).cleanup_old_versions(older_than=timedelta(0), error_if_tagged_old_versions=False)
+
+
+def run_gc(uri: str, policy: GcPolicy = NOW, *, dry_run: bool = False) -> GcResult:
+    with MemWalTable.open(uri) as table:
+        return gc(table, dry_run=dry_run, policy=policy)
+
+
+def latest(uri: str, region: str) -> RegionManifest:
+    with MemWalTable(uri) as table:
+        return table.region_store(region).read_latest()
+
+
+def gen_dirs(uri: str, region: str) -> list[str]:
+    return sorted(p.name for p in (Path(uri) / MEM_WAL_DIR / region).iterdir() if "_gen_" in p.name)
+
+
+def reasons(result: GcResult) -> dict[int, str]:
+    return {k["generation"]: k["reason"] for k in result.to_json()["kept"]}
+
+
+def deleted(result: GcResult) -> list[int]:
+    return sorted(d["generation"] for d in result.to_json()["deleted"])
+
+
+def snapshot_of(manifest: RegionManifest) -> ShardSnapshot:
+    snapshot = ShardSnapshot(manifest.region).with_current_generation(manifest.current_generation)
+    for g in manifest.generations:
+        snapshot = snapshot.with_sstable(g.generation, g.path)
+    return snapshot
+
+
+def test_unmerged_generations_are_kept(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    model = new_table(uri)
+    region = write_generations(model, None, 3, 1)
+    with MemWalTable.open(uri) as table:
+        merge(table, max_generations=1)
+    forget_old_versions(uri)
+    before = latest(uri, region)
+
+    result = run_gc(uri)
+
+    assert deleted(result) == [1]
+    assert reasons(result) == {2: "not_merged", 3: "not_merged"}
+    after = latest(uri, region)
+    assert after.generation_numbers == [2, 3]
+    assert after.writer_epoch == before.writer_epoch and after.version == before.version + 1
+    assert len(gen_dirs(uri, region)) == 2
+    with MemWalTable.open(uri) as table:  # the rest still merges
+        merge(table)
+    model.assert_merged()
+    assert run_gc(uri).to_json()["deleted"] == []  # idempotent: nothing left to do
+
+
+def test_lagging_index_keeps_generations_until_caught_up(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    model = new_table(uri)
+    lance.dataset(uri).create_scalar_index("v", "BTREE")
+    region = write_generations(model, None, 2, 1)
+    with MemWalTable.open(uri) as table:
+        merge(table)
+    forget_old_versions(uri)
+
+    result = run_gc(uri)
+    assert result.to_json()["maintained_indexes"] == ["v_idx"]
+    assert reasons(result) == {1: "index_not_caught_up", 2: "index_not_caught_up"}
+    assert latest(uri, region).generation_numbers == [1, 2]
+
+    lance.dataset(uri).optimize.optimize_indices()
+    forget_old_versions(uri)
+    assert deleted(run_gc(uri)) == [1, 2]
+    assert gen_dirs(uri, region) == []
+    model.assert_merged()
+
+
+def test_retained_version_keeps_time_travel_readable(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    model = new_table(uri)
+    region = write_generations(model, None, 2, 1)
+    old_version = lance.dataset(uri).version  # nothing merged at this version
+    old_rows = {r["id"]: r["v"] for r in rows(0, 21)}
+    with MemWalTable.open(uri) as table:
+        merge(table)
+    lance.dataset(uri).tags.create("before-merge", old_version)
+    forget_old_versions(uri)  # the tagged version stays
+
+    result = run_gc(uri)
+    assert reasons(result) == {1: "retained_version", 2: "retained_version"}
+    # Time travel: the old base version plus its unmerged generations still reads every row.
+    old = lance.dataset(uri, version=old_version)
+    scanned = LsmScanner.from_snapshots(old, [snapshot_of(latest(uri, region))]).to_table().to_pylist()
+    assert {r["id"]: r["v"] for r in scanned} == old_rows
+
+    lance.dataset(uri).tags.delete("before-merge")
+    forget_old_versions(uri)
+    assert deleted(run_gc(uri)) == [1, 2]
+    model.assert_merged()
+
+
+def test_grace_period_keeps_directories_for_live_readers(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    model = new_table(uri)
+    region = write_generations(model, None, 2, 1)
+    with MemWalTable.open(uri) as table:
+        merge(table)
+    forget_old_versions(uri)
+    # A native LSM reader whose snapshot lists both generations, built before the prune.
+    snapshot = snapshot_of(latest(uri, region))
+    expected = LsmScanner.from_snapshots(lance.dataset(uri), [snapshot]).count_rows()
+    hour = GcPolicy(grace_seconds=3600, wal_tail=0, wal_min_age_seconds=0)
+
+    first = run_gc(uri, hour)
+    assert deleted(first) == [] and len(first.to_json()["pruned"]) == 2
+    assert reasons(first) == {1: "grace_period", 2: "grace_period"}
+    assert latest(uri, region).generation_numbers == []
+    assert len(gen_dirs(uri, region)) == 2
+    assert LsmScanner.from_snapshots(lance.dataset(uri), [snapshot]).count_rows() == expected
+
+    # Later runs time the grace period from the manifest version that dropped them.
+    second = run_gc(uri, hour)
+    assert second.to_json()["pruned"] == [] and reasons(second) == {1: "grace_period", 2: "grace_period"}
+    assert all(not d["orphan"] for d in run_gc(uri, NOW, dry_run=True).to_json()["deleted"])
+    time.sleep(1.5)
+    assert deleted(run_gc(uri, GcPolicy(grace_seconds=1, wal_tail=0, wal_min_age_seconds=0))) == [1, 2]
+    assert gen_dirs(uri, region) == []
+    # After the grace period the old snapshot is gone, as the format doc says readers must expect.
+    with pytest.raises(OSError, match="not found"):
+        LsmScanner.from_snapshots(lance.dataset(uri), [snapshot]).count_rows()
+    model.assert_merged()
+
+
+def test_wal_keeps_newest_fence_sentinel_tail_and_young_entries(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    model = new_table(uri)
+    region = write_generations(model, None, 2, 1)
+    write_generations(model, region, 2, 100)  # a second writer session: claims with a fence sentinel
+    write_generations(model, region, 1, 200)
+    manifest = latest(uri, region)
+    wal = Path(uri) / MEM_WAL_DIR / region / REGION_WAL_DIR
+    positions = range(1, manifest.replay_after_wal_entry_position + 1)
+    meta = {p: wal_entry_metadata((wal / wal_entry_name(p)).read_bytes()) for p in positions}
+    sentinels = [p for p, m in meta.items() if m.get(b"fence_sentinel") == b"true"]
+    assert sentinels, "a re-claim writes a fence sentinel"
+
+    young = run_gc(uri, GcPolicy(grace_seconds=0, wal_tail=0, wal_min_age_seconds=3600), dry_run=True)
+    assert young.to_json()["wal_entries"]["deleted"] == 0
+    tail = run_gc(uri, GcPolicy(grace_seconds=0, wal_tail=2, wal_min_age_seconds=0), dry_run=True)
+    assert tail.to_json()["wal_entries"]["kept"]["wal_tail"] == 2
+
+    result = run_gc(uri)
+    assert result.to_json()["wal_entries"]["kept"].get("newest_fence_sentinel") == 1
+    left = sorted(int(p.name[:64][::-1], 2) for p in wal.iterdir() if p.name.endswith(".arrow"))
+    assert left == [max(sentinels)]
+    # A new writer claims the region and writes; nothing acknowledged is lost.
+    write_generations(model, region, 1, 300)
+    with MemWalTable.open(uri) as table:
+        merge(table)
+    model.assert_merged()
+
+
+def test_dry_run_changes_nothing(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    model = new_table(uri)
+    write_generations(model, None, 3, 1)
+    with MemWalTable.open(uri) as table:
+        merge(table)
+    forget_old_versions(uri)
+    before = tree_digest(Path(uri))
+    result = run_gc(uri, dry_run=True)
+    assert result.dry_run and deleted(result) == [1, 2, 3] and result.to_json()["wal_entries"]["deleted"] > 0
+    assert tree_digest(Path(uri)) == before
+    assert pickle.loads(pickle.dumps(result.plan)) == result.plan  # plans ship to other processes
+    with MemWalTable.open(uri) as table:
+        assert gc(table, policy=NOW).dry_run  # the Python API is a dry run unless told otherwise
+    assert tree_digest(Path(uri)) == before
+
+
+def test_old_manifest_versions_and_orphans(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    model = new_table(uri)
+    region = write_generations(model, None, 4, 1)
+    region_dir = Path(uri) / MEM_WAL_DIR / region
+    orphan = region_dir / "deadbeef_gen_2"  # a failed flush retry: listed by no manifest version
+    (orphan / "data").mkdir(parents=True)
+    (orphan / "data" / "x.lance").write_bytes(b"partial")
+    versions_before = latest(uri, region).version
+
+    result = run_gc(uri, GcPolicy(grace_seconds=0, keep_manifest_versions=2))
+    assert [d["orphan"] for d in result.to_json()["deleted"]] == [True]
+    assert not orphan.exists()
+    stored = sorted(int(p.name[:64][::-1], 2) for p in (region_dir / "manifest").glob("*.binpb"))
+    assert stored == [versions_before - 1, versions_before]
+    # Readers and Lance's writer find the latest even with the hint pointing at a deleted version.
+    (region_dir / "manifest" / "version_hint.json").write_text('{"version": 1}')
+    assert latest(uri, region).version == versions_before
+    write_generations(model, region, 1, 100)
+    assert latest(uri, region).version > versions_before
+    with MemWalTable.open(uri) as table:
+        merge(table)
+    model.assert_merged()
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "LANCE_LOG": "error"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.support.gc_proc", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_gc_while_native_writer_flushes(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    model = new_table(uri)
+    region = write_generations(model, None, 2, 10_000)
+    writer = _spawn("write", uri, region, "1", "400")
+    pruned: dict[str, int] = {}
+    try:
+        while writer.poll() is None:
+            with MemWalTable.open(uri) as table:
+                merge(table)
+            forget_old_versions(uri)
+            result = run_gc(uri)
+            for outcome in result.outcomes:
+                for d in outcome.deleted_dirs:
+                    pruned.setdefault(d.path, outcome.pruned_in_version or 0)
+        out, err = writer.communicate(timeout=120)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+    assert writer.returncode == 0, err
+    acknowledged = [int(line) for line in out.split()]
+    assert acknowledged == list(range(1, 401))
+    assert pruned, "GC deleted generations while the writer ran"
+    with MemWalTable.open(uri) as table:
+        merge(table)
+        store = table.region_store(region)
+        # Pruned generations never come back into any later manifest version.
+        for version in store.stored_versions():
+            listed = {g.path for g in store.read(version).generations}
+            assert not {p for p, v in pruned.items() if v and version >= v} & listed
+    model.rows.update({(k,): {"id": k, "v": k * 10} for k in acknowledged})
+    model.assert_merged()
+
+
+def test_kill_minus_nine_then_rerun_is_consistent(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    model = new_table(uri)
+    regions = [write_generations(model, None, 6, 1000 * i) for i in range(1, 4)]
+    with MemWalTable.open(uri) as table:
+        merge(table, max_generations=4)
+    forget_old_versions(uri)
+    killed = 0
+    for delay in (0.0, 0.02, 0.05, 0.1, 0.2):
+        child = _spawn("gc", uri)
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        time.sleep(delay)
+        child.send_signal(signal.SIGKILL)
+        killed += child.wait(timeout=30) == -signal.SIGKILL
+        for region in regions:  # readers find a consistent region after every kill
+            manifest = latest(uri, region)
+            root = Path(uri) / MEM_WAL_DIR / region
+            assert all((root / g.path / "_versions").is_dir() for g in manifest.generations)
+    assert killed, "at least one GC was killed mid-run"
+    result = run_gc(uri)
+    assert result.failures == []
+    for region in regions:
+        manifest = latest(uri, region)
+        assert manifest.generation_numbers == [5, 6]
+        assert sorted(gen_dirs(uri, region)) == sorted(g.path for g in manifest.generations)
+    # The writer and the merger still work on every region.
+    write_generations(model, regions[0], 1, 50_000)
+    with MemWalTable.open(uri) as table:
+        merge(table)
+    model.assert_merged()
+
+
+def test_s3_end_to_end_through_the_cli(seaweed: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    uri = f"s3://memwal-test/gc-{uuid.uuid4().hex}"
+    options = seaweed.storage_options()
+    model = new_table(uri, options)
+    region = write_generations(model, None, 3, 1)
+    with MemWalTable.open(uri, options) as table:
+        merge(table, max_generations=2)
+    lance.dataset(uri, storage_options=options).cleanup_old_versions(older_than=timedelta(0))
+    flags = [arg for key, value in options.items() for arg in ("-o", f"{key}={value}")]
+
+    assert cli_main(["gc", uri, *flags, "--json", "--dry-run", "--grace-seconds", "0"]) == 0
+    dry = json.loads(capsys.readouterr().out)
+    assert dry["dry_run"] and [d["generation"] for d in dry["deleted"]] == [1, 2]
+
+    assert cli_main(["gc", uri, *flags, "--json", "--grace-seconds", "0"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert not payload["dry_run"]
+    assert [(d["region"], d["generation"]) for d in payload["deleted"]] == [(region, 1), (region, 2)]
+    assert payload["kept"] == [
+        {"region": region, "generation": 3, "path": payload["kept"][0]["path"], "reason": "not_merged"}
+    ]
+    assert all(d["path"].startswith(uri) for d in payload["deleted"])
+    with MemWalTable.open(uri, options) as table:
+        files = table.store.list_files(f"{MEM_WAL_DIR}/{region}", recursive=True)
+        dirs = {f.path.split("/")[2] for f in files if "_gen_" in f.path}
+        assert dirs == {payload["kept"][0]["path"]}
+        again = gc(table, dry_run=False, policy=NOW).to_json()
+        assert again["deleted"] == [] and again["pruned"] == []
+        merge(table)
+    model.assert_merged()
+
+
+def test_bad_grace_period_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    uri = str(tmp_path / "t")
+    new_table(uri)
+    assert cli_main(["gc", uri, "--grace-seconds", "-5"]) == 2
+    err = capsys.readouterr().err
+    assert "grace-seconds" in err and len(err.strip().splitlines()) == 1
