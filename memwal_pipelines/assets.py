@@ -14,7 +14,7 @@ Every service result becomes materialization metadata the same way
 versions over time.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.service import merge
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
+from memwal_core.table import MemWalTable
 from memwal_pipelines.config import TableConfig
 
 # How long a busy region (another merger holds its lease) waits before the run retries.
@@ -97,19 +98,52 @@ def service_metadata(result: Any, **extra: Any) -> dict[str, Any]:
     return {**numbers, **extra, "result": MetadataValue.json(dict(payload))}
 
 
-def _failure(exc: MemwalError) -> Failure:
-    return Failure(description=str(exc), metadata={"error": type(exc).__name__})
+def _on_table(context: AssetExecutionContext, keys: TableKeys, run: Callable[[MemWalTable], Any]) -> Any:
+    """Open the table from its resource and run one service; memwal's errors become a one-line Failure."""
+    try:
+        with getattr(context.resources, keys.table_resource).open() as opened:
+            return run(opened)
+    except MemwalError as exc:
+        raise Failure(description=str(exc), metadata={"error": type(exc).__name__}) from exc
+
+
+def _service_asset(
+    keys: TableKeys,
+    key: AssetKey,
+    description: str,
+    run: Callable[[MemWalTable], Any],
+    extra: Callable[[Any], dict[str, Any]],
+) -> AssetsDefinition:
+    """An unpartitioned asset that runs one service on the table after merges."""
+
+    @asset(
+        key=key,
+        deps=[keys.base],
+        group_name=keys.table.name,
+        kinds={"lance"},
+        required_resource_keys={keys.table_resource},
+        description=description,
+    )
+    def service(context: AssetExecutionContext) -> MaterializeResult:  # type: ignore[type-arg]
+        result = _on_table(context, keys, run)
+        context.log.info(result.to_text())
+        return MaterializeResult(metadata=service_metadata(result, **extra(result)))
+
+    return service
+
+
+def _max_lag_after(result: Any) -> dict[str, Any]:
+    return {"max_lag_after": max((max(i.lag_after.values(), default=0) for i in result.indexes), default=0)}
 
 
 def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
     """Every asset of one table."""
     table = keys.table
-    group = table.name
 
     flushed = AssetSpec(
         keys.flushed,
         partitions_def=keys.regions,
-        group_name=group,
+        group_name=table.name,
         kinds={"lance"},
         description="Flushed generations of one region, written by Lance's MemWAL writer (observed).",
     )
@@ -118,7 +152,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         key=keys.base,
         partitions_def=keys.regions,
         deps=[keys.flushed],
-        group_name=group,
+        group_name=table.name,
         kinds={"lance", "spark"} if table.merge_engine == "spark" else {"lance"},
         required_resource_keys={keys.table_resource, keys.spark_resource},
         description="The base table, per region: pending generations merged in ascending order.",
@@ -130,14 +164,14 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
             from memwal_core.services.merge.spark_engine import SparkEngine
 
             engine = SparkEngine(getattr(context.resources, keys.spark_resource).spark_session)
-        try:
-            with getattr(context.resources, keys.table_resource).open() as opened:
-                result = merge(
-                    opened, regions=[region], max_generations=table.max_generations_per_merge, engine=engine
-                )
-                merged = opened.index_details().merged_generation(region)
-        except MemwalError as exc:
-            raise _failure(exc) from exc
+
+        def run(opened: MemWalTable) -> tuple[Any, int]:
+            result = merge(
+                opened, regions=[region], max_generations=table.max_generations_per_merge, engine=engine
+            )
+            return result, opened.index_details().merged_generation(region)
+
+        result, merged = _on_table(context, keys, run)
         if result.busy:
             context.log.info(f"region {region}: another merger holds it; retrying later")
             raise RetryRequested(max_retries=BUSY_RETRIES, seconds_to_wait=BUSY_RETRY_SECONDS)
@@ -146,59 +180,28 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         context.log.info(result.to_text())
         return MaterializeResult(metadata=service_metadata(result, merged_generation=merged))
 
-    @asset(
-        key=keys.indexes,
-        deps=[keys.base],
-        group_name=group,
-        kinds={"lance"},
-        required_resource_keys={keys.table_resource},
-        description="Base-table indexes the MemWAL maintains, caught up with merged data.",
-    )
-    def indexes(context: AssetExecutionContext) -> MaterializeResult:  # type: ignore[type-arg]
-        try:
-            with getattr(context.resources, keys.table_resource).open() as opened:
-                result = catchup(opened)
-        except MemwalError as exc:
-            raise _failure(exc) from exc
-        context.log.info(result.to_text())
-        lag = max((max(i.lag_after.values(), default=0) for i in result.indexes), default=0)
-        return MaterializeResult(metadata=service_metadata(result, max_lag_after=lag))
-
-    @asset(
-        key=keys.snapshot,
-        deps=[keys.base],
-        group_name=group,
-        kinds={"lance"},
-        required_resource_keys={keys.table_resource},
-        description="The MemWAL index's region snapshot (one row per region).",
-    )
-    def region_snapshot(context: AssetExecutionContext) -> MaterializeResult:  # type: ignore[type-arg]
-        try:
-            with getattr(context.resources, keys.table_resource).open() as opened:
-                result = build_snapshot(opened)
-        except MemwalError as exc:
-            raise _failure(exc) from exc
-        return MaterializeResult(metadata=service_metadata(result))
-
-    @asset(
-        key=keys.status,
-        deps=[keys.base],
-        group_name=group,
-        kinds={"lance"},
-        required_resource_keys={keys.table_resource},
-        description="Regions, merge progress and backlog of the table.",
-    )
-    def table_status(context: AssetExecutionContext) -> MaterializeResult:  # type: ignore[type-arg]
-        try:
-            with getattr(context.resources, keys.table_resource).open() as opened:
-                result = status(opened)
-        except MemwalError as exc:
-            raise _failure(exc) from exc
-        context.log.info(result.to_text())
-        return MaterializeResult(
-            metadata=service_metadata(
-                result, regions=len(result.regions), pending_generations=result.pending_total
-            )
-        )
-
-    return [flushed, base_table, indexes, region_snapshot, table_status]
+    return [
+        flushed,
+        base_table,
+        _service_asset(
+            keys,
+            keys.indexes,
+            "Base-table indexes the MemWAL maintains, caught up with merged data.",
+            catchup,
+            _max_lag_after,
+        ),
+        _service_asset(
+            keys,
+            keys.snapshot,
+            "The MemWAL index's region snapshot (one row per region).",
+            build_snapshot,
+            lambda _result: {},
+        ),
+        _service_asset(
+            keys,
+            keys.status,
+            "Regions, merge progress and backlog of the table.",
+            status,
+            lambda result: {"regions": len(result.regions), "pending_generations": result.pending_total},
+        ),
+    ]
