@@ -250,4 +250,10 @@ class MemWalWriter:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        if exc is None:
+            self.close()
+            return
+        try:  # already failing: report that error, not a second one from closing
+            self.close()
+        except MemwalError as close_error:
+            log.warning("closing the writer after an error also failed: %s", close_error)
