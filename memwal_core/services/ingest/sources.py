@@ -57,8 +57,11 @@ class SourceFiles:
     """The files of one ingestion, resolved and checked before anything is written; picklable."""
 
     files: tuple[str, ...]
-    format: str
+    formats: tuple[str, ...]
     storage_options: tuple[tuple[str, str], ...] = ()
+
+    def format_of(self, path: str) -> str:
+        return self.formats[self.files.index(path)]
 
     def open(self, path: str) -> Any:
         """A binary file object for `path`."""
@@ -74,7 +77,8 @@ class SourceFiles:
         try:
             with self.open(path) as handle:
                 yield from (
-                    conform(t, schema, what=f"source {path}") for t in _read(handle, self.format, schema)
+                    conform(t, schema, what=f"source {path}")
+                    for t in _read(handle, self.format_of(path), schema)
                 )
         except SchemaError:
             raise
@@ -106,14 +110,14 @@ def _read(handle: Any, fmt: str, schema: pa.Schema) -> Iterator[pa.Table]:
         yield pjson.read_json(handle, parse_options=pjson.ParseOptions(explicit_schema=explicit))
 
 
-def infer_format(paths: Sequence[str]) -> str:
-    """The format named by the files' extension, when they agree."""
-    found = {_EXTENSIONS.get(os.path.splitext(p)[1].lower()) for p in paths}
-    if len(found) != 1 or None in found:
+def infer_format(path: str) -> str:
+    """The format a file's extension names."""
+    found = _EXTENSIONS.get(os.path.splitext(path)[1].lower())
+    if found is None:
         raise BadInputError(
-            "cannot tell the source format from the file names: pass --format parquet|csv|json"
+            f"cannot tell the format of source {path} from its name: pass --format parquet|csv|json"
         )
-    return str(found.pop())
+    return found
 
 
 def resolve_sources(
@@ -131,12 +135,14 @@ def resolve_sources(
         if not matched:
             raise NotFoundError(f"source {path} does not exist")
         files.extend(matched)
-    fmt = fmt or infer_format(files)
-    return SourceFiles(tuple(dict.fromkeys(files)), fmt, tuple(sorted(options.items())))
+    unique = tuple(dict.fromkeys(files))
+    formats = tuple(fmt or infer_format(f) for f in unique)
+    return SourceFiles(unique, formats, tuple(sorted(options.items())))
 
 
 def _expand_local(path: str) -> list[str]:
-    path = path.removeprefix("file://")
+    # Absolute: Spark executors may run in another working directory.
+    path = os.path.abspath(os.path.expanduser(path.removeprefix("file://")))
     if os.path.isdir(path):
         return sorted(
             os.path.join(root, name)
