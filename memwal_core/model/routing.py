@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -169,25 +170,38 @@ class RegionSpec:
             num_buckets=int((field.get("parameters") or {}).get("num_buckets", 1)),
         )
 
-    def values(self, rows: pa.Table | pa.RecordBatch) -> pa.Array:
-        """Each row's region value, as `evaluate_sharding_spec` gives it."""
+    def _buckets(self, rows: pa.Table | pa.RecordBatch) -> np.ndarray:
+        """Each row's bucket (all 0 when unsharded)."""
         if self.column is None:
-            return pa.array(np.zeros(rows.num_rows, dtype=np.int32))
-        column = rows.column(self.column)
-        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-        if self.transform == "identity":
-            return array
+            return np.zeros(rows.num_rows, dtype=np.int32)
+        array = _whole(rows.column(self.column))
         hashed = murmur3_hash(array) & np.uint32(0x7FFFFFFF)
         buckets = (hashed % np.uint32(self.num_buckets)).astype(np.int32)
         if array.null_count:
             buckets[array.is_null().to_numpy(zero_copy_only=False)] = 0
-        return pa.array(buckets)
+        return buckets
+
+    def values(self, rows: pa.Table | pa.RecordBatch) -> pa.Array:
+        """Each row's region value, as `evaluate_sharding_spec` gives it."""
+        if self.transform == "identity" and self.column is not None:
+            return _whole(rows.column(self.column))
+        return pa.array(self._buckets(rows))
+
+    @cached_property
+    def _bucket_keys(self) -> list[RegionKey]:
+        return [((self.field_id, b.to_bytes(4, "little")),) for b in range(max(1, self.num_buckets))]
 
     def route(self, rows: pa.Table | pa.RecordBatch) -> tuple[np.ndarray, list[RegionKey]]:
-        """Per row, an index into the returned list of distinct region keys."""
+        """Per row, an index into the returned list of region keys (some may have no rows)."""
+        if self.transform != "identity":
+            return self._buckets(rows), self._bucket_keys
         encoded = pc.dictionary_encode(self.values(rows))
         codes = encoded.indices.to_numpy(zero_copy_only=False)
         return codes, [((self.field_id, scalar_bytes(v)),) for v in encoded.dictionary]
+
+
+def _whole(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
 def region_spec_of(dataset: Any) -> RegionSpec | None:
@@ -219,7 +233,10 @@ def partition_by_code(rows: pa.Table, codes: np.ndarray, count: int) -> list[pa.
     """Rows split by region code, each part in its original order (later puts of a key still win)."""
     if count == 1:
         return [rows]
-    order = np.argsort(codes, kind="stable")
+    if len(codes) and codes.min() == codes.max():  # one region only: no copy
+        return [rows if i == codes[0] else None for i in range(count)]
+    # Stable keeps each region's rows in input order; 16-bit codes let numpy use a radix sort.
+    order = np.argsort(codes.astype(np.int16) if count < 2**15 else codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(count + 1))
     ordered = rows.take(pa.array(order))
     return [
