@@ -27,6 +27,7 @@ from dagster import (
     Failure,
     MaterializeResult,
     MetadataValue,
+    OpExecutionContext,
     RetryRequested,
     asset,
 )
@@ -98,7 +99,9 @@ def service_metadata(result: Any, **extra: Any) -> dict[str, Any]:
     return {**numbers, **extra, "result": MetadataValue.json(dict(payload))}
 
 
-def _on_table(context: AssetExecutionContext, keys: TableKeys, run: Callable[[MemWalTable], Any]) -> Any:
+def on_table(
+    context: AssetExecutionContext | OpExecutionContext, keys: TableKeys, run: Callable[[MemWalTable], Any]
+) -> Any:
     """Open the table from its resource and run one service; memwal's errors become a one-line Failure."""
     try:
         with getattr(context.resources, keys.table_resource).open() as opened:
@@ -125,7 +128,7 @@ def _service_asset(
         description=description,
     )
     def service(context: AssetExecutionContext) -> MaterializeResult:  # type: ignore[type-arg]
-        result = _on_table(context, keys, run)
+        result = on_table(context, keys, run)
         context.log.info(result.to_text())
         return MaterializeResult(metadata=service_metadata(result, **extra(result)))
 
@@ -171,7 +174,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
             )
             return result, opened.index_details().merged_generation(region)
 
-        result, merged = _on_table(context, keys, run)
+        result, merged = on_table(context, keys, run)
         if result.busy:
             context.log.info(f"region {region}: another merger holds it; retrying later")
             raise RetryRequested(max_retries=BUSY_RETRIES, seconds_to_wait=BUSY_RETRY_SECONDS)

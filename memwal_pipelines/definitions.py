@@ -14,6 +14,7 @@ from dagster import Definitions
 from memwal_pipelines.assets import TableKeys, table_assets
 from memwal_pipelines.checks import table_checks
 from memwal_pipelines.config import TableConfig, load_tables
+from memwal_pipelines.ingest import ingest_job
 from memwal_pipelines.jobs import table_jobs, table_schedules
 from memwal_pipelines.resources import spark_resource, table_resource
 from memwal_pipelines.sensors import flushed_generations_sensor, index_catchup_sensor
@@ -32,7 +33,7 @@ def build_definitions(tables: Sequence[TableConfig]) -> Definitions:
         table_job_set = table_jobs(keys)
         assets += table_assets(keys)
         checks += table_checks(keys)
-        jobs += table_job_set.all
+        jobs += [*table_job_set.all, ingest_job(keys)]
         sensors += [
             flushed_generations_sensor(keys, table_job_set),
             index_catchup_sensor(keys, table_job_set),

@@ -85,9 +85,7 @@ def test_spark_ingest_equals_the_source_deduplicated(spark: Any, tmp_path: Path,
     for i, part in enumerate(parts):
         pq.write_table(part, src / f"part-{i}.parquet")
     duplicated = {
-        k
-        for a, b in itertools.pairwise(parts)
-        for k in set(a["id"].to_pylist()) & set(b["id"].to_pylist())
+        k for a, b in itertools.pairwise(parts) for k in set(a["id"].to_pylist()) & set(b["id"].to_pylist())
     }
     # Duplicated keys carry different names per file; Spark does not define which wins, so compare them apart.
     result = ingest(MemWalTable.open(uri), [str(src)], engine="spark")

@@ -170,3 +170,51 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     jobs = sorted(r.job_name for r in runs)
     assert jobs == ["demo_catchup", "demo_checks", *["demo_merge"] * 3, "demo_snapshot"]
     assert all(r.is_success for r in runs)
+
+
+def test_ingest_job_loads_files_and_the_sensor_merges_them(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from tests.test_ingest import model_of, source_rows
+    from tests.test_writer import make_table
+
+    uri = make_table(tmp_path / "t")
+    rows = source_rows(5000)
+    pq.write_table(rows, tmp_path / "src.parquet")
+    keys = TableKeys(TableConfig(name="t", uri=uri))
+    instance = DagsterInstance.ephemeral()
+    definitions = build_definitions([keys.table])
+    result = definitions.resolve_job_def("t_ingest").execute_in_process(
+        instance=instance,
+        run_config={"ops": {"t_ingest_files": {"config": {"sources": [str(tmp_path / "*.parquet")]}}}},
+    )
+    assert result.success
+    output = result.output_for_node("t_ingest_files")
+    assert output["rows_written"] == 5000 and len(output["regions"]) == 4
+    requests = tick(keys, instance, None).run_requests or []
+    assert sorted(r.partition_key or "" for r in requests) == sorted(r["region"] for r in output["regions"])
+    for request in requests:
+        run_job(keys, instance, "merge", request.partition_key)
+    with MemWalTable.open(uri) as opened:
+        merged = {r["id"]: (r["name"], r["score"]) for r in opened.dataset().to_table().to_pylist()}
+    assert merged == model_of(rows)
+
+
+def test_ingest_job_refuses_a_missing_source(tmp_path: Path) -> None:
+    from tests.test_writer import make_table
+
+    keys = TableKeys(TableConfig(name="t", uri=make_table(tmp_path / "t")))
+    result = (
+        build_definitions([keys.table])
+        .resolve_job_def("t_ingest")
+        .execute_in_process(
+            instance=DagsterInstance.ephemeral(),
+            run_config={"ops": {"t_ingest_files": {"config": {"sources": [str(tmp_path / "none.parquet")]}}}},
+            raise_on_error=False,
+        )
+    )
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    assert "source" in str(failure.event_specific_data) and "does not exist" in str(
+        failure.event_specific_data
+    )
