@@ -3,18 +3,19 @@
 The base table and its 32 generations of 200k writes (updates, new keys,
 deletes) come from `bench/merge.py`'s builder (Lance's own MemWAL writer);
 memwal's merge service then merges one generation per commit, 32 commits, so
-the base holds many fragments with deletion files. That table is copied
-once per engine, so both compactions start from the same files. Prints:
+the base holds many fragments with deletion files. Every compaction runs on
+a fresh copy of that table, so all start from the same files. Prints:
 full-scan read time before and after (median of `--scans`), compaction
-seconds per engine (plan / execute / commit), fragments before and after,
-the cost per rewritten fragment, and the ratio spark/local. Every compacted
-copy is checked against the model of the writes.
+seconds per engine (median of `--repeats`; the phases of the last run),
+fragments before and after, the cost per rewritten fragment, and the ratio
+spark/local. The first compacted copy per engine is checked against the
+model of the writes.
 
 The Spark engine runs on a `local[2]` session whose start and executor
 warm-up are reported separately, as a service would have them running.
 
 Usage: python bench/compact.py [--rows 4000000] [--merges 32] [--target-rows 1048576] [--scans 3]
-       [--index] [--skip-spark] [--dir DIR]
+       [--repeats 3] [--index] [--skip-spark] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -75,27 +76,40 @@ def scan_seconds(uri: str, repeats: int) -> float:
     return statistics.median(seconds)
 
 
-def run_engine(uri: str, engine: Any, target_rows: int, model: Model) -> tuple[CompactionResult, float]:
-    """One compaction of `uri` (wall seconds, all phases), checked against the model."""
-    started = time.perf_counter()
-    with MemWalTable.open(uri) as table:
-        result = compact(table, engine=engine, target_rows_per_fragment=target_rows)
-    seconds = time.perf_counter() - started
-    assert not result.plan.tasks_left_out, "raise --max-tasks: the plan was cut"
-    check(uri, model, result.engine)
+def run_engine(
+    source: str, uri: str, engine: Any, target_rows: int, model: Model, repeats: int
+) -> tuple[CompactionResult, list[float]]:
+    """Compact fresh copies of `source` at `uri`; the wall seconds (all phases) of each run and the last result.
+
+    The first compacted copy is checked against the model; the last one stays for the scan after.
+    """
+    seconds = []
+    for attempt in range(repeats):
+        shutil.rmtree(uri, ignore_errors=True)
+        shutil.copytree(source, uri)
+        started = time.perf_counter()
+        with MemWalTable.open(uri) as table:
+            result = compact(table, engine=engine, target_rows_per_fragment=target_rows)
+        seconds.append(time.perf_counter() - started)
+        assert not result.plan.tasks_left_out, "raise --max-tasks: the plan was cut"
+        if attempt == 0:
+            check(uri, model, result.engine)
     return result, seconds
 
 
-def report(result: CompactionResult, seconds: float) -> None:
+def report(result: CompactionResult, runs: list[float]) -> float:
+    """Print one engine's figures; returns the median seconds."""
+    seconds = statistics.median(runs)
     per_fragment = seconds / max(1, result.fragments_removed)
     print(
-        f"  {result.engine:<5} {seconds:7.2f} s (plan {result.seconds_plan:.2f}, execute "
+        f"  {result.engine:<5} {seconds:7.2f} s median of {', '.join(f'{r:.2f}' for r in runs)}; last: (plan {result.seconds_plan:.2f}, execute "
         f"{result.seconds_execute:.2f}, commit {result.seconds_commit:.2f}); {len(result.plan.tasks)} task(s), "
         f"fragments {result.fragments_before} -> {result.fragments_after} "
         f"(removed {result.fragments_removed}, added {result.fragments_added}), "
         f"{result.rows_rewritten:,} rows rewritten; {per_fragment * 1000:.0f} ms per rewritten fragment",
         flush=True,
     )
+    return seconds
 
 
 def spark_engine() -> SparkCompactionEngine:
@@ -118,6 +132,7 @@ def main() -> None:
     parser.add_argument("--merges", type=int, default=32)
     parser.add_argument("--target-rows", type=int, default=DEFAULT_TARGET_ROWS)
     parser.add_argument("--scans", type=int, default=3, help="full scans per measurement (median)")
+    parser.add_argument("--repeats", type=int, default=3, help="compactions per engine, each of a fresh copy")
     parser.add_argument("--index", action="store_true", help="a BTree on the key, remapped by compaction")
     parser.add_argument("--skip-spark", action="store_true")
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
@@ -141,9 +156,8 @@ def main() -> None:
         after: dict[str, float] = {}
         for name, engine in engines.items():
             uri = str(Path(tmp) / name)
-            shutil.copytree(source, uri)
-            result, seconds[name] = run_engine(uri, engine, args.target_rows, model)
-            report(result, seconds[name])
+            result, runs = run_engine(source, uri, engine, args.target_rows, model, args.repeats)
+            seconds[name] = report(result, runs)
             after[name] = scan_seconds(uri, args.scans)
             fragments_after, deletions_after = layout(uri)
             print(
