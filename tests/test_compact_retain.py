@@ -18,8 +18,11 @@ import pyarrow as pa
 import pytest
 
 from memwal_core.errors import BadInputError
+from memwal_core.format.index_details import IndexDetails
 from memwal_core.services.catchup import catchup
 from memwal_core.services.compact import SparkCompactionEngine, compact
+from memwal_core.services.gc.rules import RETAINED_VERSION, GcPolicy
+from memwal_core.services.gc.service import gc
 from memwal_core.services.merge.service import merge
 from memwal_core.services.retain import parse_duration, retain
 from memwal_core.services.snapshot.service import build_snapshot
@@ -37,6 +40,8 @@ SCHEMA = pa.schema(
         pa.field("vec", pa.list_(pa.float32(), 4)),
     ]
 )
+# Small enough that the compacted table still has several fragments, so the count is telling.
+TARGET_ROWS = 256
 
 
 def row(key: int, label: str) -> dict[str, Any]:
@@ -69,31 +74,48 @@ def assert_indexes_answer(table: ModelTable) -> None:
     assert 599 in nearest.column("id").to_pylist()
 
 
-@pytest.mark.parametrize("engine", ["local", "spark"])
-def test_compaction_keeps_rows_progress_catchup_and_indexes(
-    tmp_path: Path, engine: str, request: pytest.FixtureRequest
-) -> None:
-    table, region = fragmented_table(tmp_path / "t")
+def caught_up_before_compaction(table: ModelTable) -> tuple[IndexDetails, int]:
+    """Catch the indexes up, then record the details and fragment count compaction must respect."""
     with MemWalTable.open(table.uri) as opened:
         catchup(opened)
-        before = opened.index_details()
-        assert before.index_catchup, "catch-up recorded the indexes as caught up"
+        details = opened.index_details()
         fragments = len(opened.dataset().get_fragments())
-        chosen = SparkCompactionEngine(request.getfixturevalue("spark")) if engine == "spark" else None
-        result = compact(opened, engine=chosen, target_rows_per_fragment=10_000)
+    assert details.index_catchup, "catch-up recorded the indexes as caught up"
+    assert fragments > 4, "the merges left many small fragments"
+    return details, fragments
+
+
+def assert_compacted(table: ModelTable, before: IndexDetails, fragments_after: int) -> None:
+    """Fragments down to the target, rows equal to the model, progress, catch-up and indexes kept."""
+    with MemWalTable.open(table.uri) as opened:
         after = opened.index_details()
-    assert fragments > 4 and result.fragments_before == fragments
-    assert result.fragments_after < fragments and result.fragments_after <= 2
-    assert result.rows_rewritten > 0 and result.engine == engine
-    assert after.merged == before.merged == {region: 8}
+        sizes = [f.count_rows() for f in opened.dataset().get_fragments()]
+    # Lance spreads the rows evenly over rows // target fragments: none is a runt, none twice the target.
+    assert len(sizes) == fragments_after > 1
+    assert all(TARGET_ROWS <= n < 2 * TARGET_ROWS for n in sizes), f"fragment sizes {sizes}"
+    assert after.merged == before.merged and sum(after.merged.values()) > 0
     assert after.index_catchup == before.index_catchup
     table.assert_merged()
     assert_indexes_answer(table)
 
 
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_compaction_keeps_rows_progress_catchup_and_indexes(
+    tmp_path: Path, engine: str, request: pytest.FixtureRequest
+) -> None:
+    table, _region = fragmented_table(tmp_path / "t")
+    before, fragments = caught_up_before_compaction(table)
+    chosen = SparkCompactionEngine(request.getfixturevalue("spark")) if engine == "spark" else None
+    with MemWalTable.open(table.uri) as opened:
+        result = compact(opened, engine=chosen, target_rows_per_fragment=TARGET_ROWS)
+    assert result.fragments_before == fragments and result.fragments_removed == fragments
+    assert result.rows_rewritten == len(table.rows) and result.engine == engine
+    assert_compacted(table, before, result.fragments_after)
+
+
 def test_compaction_on_a_standalone_cluster_through_the_cli(standalone_spark: Any, tmp_path: Path) -> None:
-    table, _region = fragmented_table(tmp_path / "t", merges=4)
-    before = len(table.dataset().get_fragments())
+    table, _region = fragmented_table(tmp_path / "t")
+    before, fragments = caught_up_before_compaction(table)
     proc = subprocess.run(
         [
             sys.executable,
@@ -106,7 +128,7 @@ def test_compaction_on_a_standalone_cluster_through_the_cli(standalone_spark: An
             "--spark-master",
             standalone_spark.master_url,
             "--target-rows",
-            "10000",
+            str(TARGET_ROWS),
             "--json",
         ],
         capture_output=True,
@@ -118,9 +140,8 @@ def test_compaction_on_a_standalone_cluster_through_the_cli(standalone_spark: An
     assert proc.returncode == 0, proc.stderr[-2000:]
     payload = json.loads(proc.stdout)
     assert payload["engine"] == "spark" and payload["tasks"] >= 1
-    assert payload["fragments_before"] == before and payload["fragments_after"] < before
-    table.assert_merged()
-    assert_indexes_answer(table)
+    assert payload["fragments_before"] == fragments
+    assert_compacted(table, before, payload["fragments_after"])
 
 
 def test_compaction_racing_a_merge_loop_both_progress(tmp_path: Path) -> None:
@@ -166,7 +187,10 @@ def test_compaction_racing_a_merge_loop_both_progress(tmp_path: Path) -> None:
     assert len(merges) >= 5, f"merges starved: {len(merges)} merge commits"
     assert len(compactions) >= 3, f"compaction starved: {len(compactions)} compaction commits"
     with MemWalTable.open(table.uri) as opened:
-        assert not merge(opened).failures
+        # Every generation the loop merged is still recorded as merged, and nothing is left over.
+        assert opened.index_details().merged == {region: sum(merges)}, "merge progress was lost"
+        final = merge(opened)
+        assert not final.failures and final.generations_merged == 0
     table.assert_merged()
     assert_progress_never_decreases(progress_history(table.uri))
 
@@ -186,6 +210,35 @@ def test_retention_floor_tags_and_removed_versions(tmp_path: Path) -> None:
     assert result.removed_versions == sorted(set(versions) - set(remaining))
     assert result.oldest_retained == versions[2] and result.tagged_versions == [versions[2]]
     assert table.dataset().checkout_version(versions[2]).count_rows() > 0, "the tagged version still reads"
+    table.assert_merged()
+
+
+def test_retention_lets_gc_free_generations_only_old_versions_held(tmp_path: Path) -> None:
+    """Old versions with lower progress keep merged generations; retention releases all but the tagged one's."""
+    table = ModelTable(tmp_path / "t", SCHEMA, ["id"], [row(i, "base") for i in range(20)])
+    table.write(None, [("put", [row(100 + k, "new") for k in range(30)])], memtable_rows=10)
+    with MemWalTable.open(table.uri) as opened:
+        for _ in range(3):  # one version per merged generation: progress 1, 2, 3
+            assert merge(opened, max_generations=1).generations_merged == 1
+    dataset = table.dataset()
+    dataset.tags.create("audit", dataset.version - 2)  # merged only generation 1
+    policy = GcPolicy(grace_seconds=0, wal_tail=0, wal_min_age_seconds=0)
+
+    def collect() -> tuple[list[int], dict[int, str]]:
+        with MemWalTable.open(table.uri) as opened:
+            payload = gc(opened, dry_run=False, policy=policy).to_json()
+        return sorted(d["generation"] for d in payload["deleted"]), {
+            k["generation"]: k["reason"] for k in payload["kept"]
+        }
+
+    assert collect() == ([], {g: RETAINED_VERSION for g in (1, 2, 3)}), "version 1 merged nothing"
+    with MemWalTable.open(table.uri) as opened:
+        retain(opened, older_than=timedelta(0), keep_versions=1, force=True)
+    assert collect() == ([1], {2: RETAINED_VERSION, 3: RETAINED_VERSION}), "the tag holds 2 and 3"
+    table.dataset().tags.delete("audit")
+    with MemWalTable.open(table.uri) as opened:
+        retain(opened, older_than=timedelta(0), keep_versions=1, force=True)
+    assert collect() == ([2, 3], {})
     table.assert_merged()
 
 
