@@ -53,7 +53,7 @@ from memwal_pipelines.config import TableConfig
 # How long a busy region (another merger holds its lease) waits before the run retries.
 BUSY_RETRY_SECONDS = 30
 BUSY_RETRIES = 10
-# Items kept per list in a result's JSON metadata: a GC of many regions lists thousands of paths.
+# Items kept per list in a result's JSON metadata: GC or status over many regions list thousands.
 METADATA_LIST_LIMIT = 50
 
 
@@ -123,8 +123,8 @@ class TableKeys:
 def service_metadata(result: Any, **extra: Any) -> dict[str, Any]:
     """A service result as metadata: its top-level numbers (plotted by the UI) and its JSON.
 
-    Lists in the JSON keep their first METADATA_LIST_LIMIT items: metadata lives in
-    the instance's event log, and the full result is in the run's logs anyway.
+    Lists in the JSON keep their first METADATA_LIST_LIMIT items: metadata is stored
+    in the instance's event log with every run, and the counts are numbers above.
     """
     payload: Mapping[str, Any] = result.to_json()
     numbers = {k: v for k, v in payload.items() if isinstance(v, int | float) and not isinstance(v, bool)}
