@@ -12,8 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, RunRequest, SensorResult, SkipReason, build_sensor_context
+from dagster import (
+    DagsterInstance,
+    DagsterRunStatus,
+    RunRequest,
+    SensorResult,
+    SkipReason,
+    build_sensor_context,
+)
 from dagster._core.instance.ref import InstanceRef
+from dagster._core.test_utils import create_run_for_test
 
 from memwal_core.errors import BadInputError
 from memwal_core.services.retain import retain
@@ -207,6 +215,9 @@ def test_fragment_sensor_compaction_and_retention_on_a_real_table(tmp_path: Path
     first, again = compaction_tick(crossing, instance), compaction_tick(crossing, instance)
     assert isinstance(first, RunRequest) and isinstance(again, RunRequest)
     assert first.run_key == again.run_key == f"t:compaction:{table.dataset().version}"
+    busy = DagsterInstance.ephemeral()
+    create_run_for_test(busy, job_name="t_compaction", status=DagsterRunStatus.STARTED)
+    assert isinstance(compaction_tick(crossing, busy), SkipReason), "one compaction running is enough"
 
     compacted = materialized(run_job(crossing, instance, "compaction"), "compaction")
     assert (compacted["fragments_before"], compacted["fragments_after"]) == (fragments, 1)
