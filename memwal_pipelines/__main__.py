@@ -5,8 +5,10 @@ written by Lance's own MemWAL writer) if it is missing, then does in one
 process what the daemon does over time, recording every run in a local
 Dagster instance (DAGSTER_HOME, default `.dagster_home/`) so `dagster dev`
 shows them afterwards: one sensor tick (regions become partitions, backlogs
-are observed), one merge run per region, then catch-up, snapshot and the
-asset checks. Prints the table's status at the end.
+are observed), one merge run per region, then catch-up, snapshot,
+compaction, retention, GC (its job runs the blocking LSM-consistency check
+first) and the asset checks. Prints one line per run with its main figures,
+then the table's status.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import MemwalError
@@ -25,6 +28,25 @@ from memwal_core.table import MemWalTable
 from memwal_pipelines.config import DEFAULT_TABLE_URI, TableConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# The jobs after the merges, in the order the daemon's sensors and schedules would run them.
+AFTER_MERGES = ("catchup", "snapshot", "compaction", "retention", "gc", "checks")
+# Materialization figures a run's line shows, when its assets report them.
+SHOWN = (
+    "generations_merged",
+    "rows_upserted",
+    "rows_deleted",
+    "max_lag_after",
+    "pending_generations",
+    "fragments_before",
+    "fragments_after",
+    "rows_rewritten",
+    "versions_removed",
+    "oldest_retained_version",
+    "generations_deleted",
+    "bytes_deleted",
+    "kept_retained_version",
+    "kept_grace_period",
+)
 
 
 def _instance_home() -> Path:
@@ -56,14 +78,31 @@ def run_once(table: TableConfig) -> list[str]:
         instance.report_runless_asset_event(event)
     lines = []
     runs = [("merge", r.partition_key) for r in tick.run_requests or []]
-    runs += [("catchup", None), ("snapshot", None), ("checks", None)]
+    runs += [(job, None) for job in AFTER_MERGES]
     for job, partition in runs:
         result = definitions.resolve_job_def(f"{table.name}_{job}").execute_in_process(
             instance=instance, partition_key=partition, raise_on_error=False
         )
         outcome = "ok" if result.success else "FAILED"
-        lines.append(f"{job:<9} {partition or '':<36}  {outcome}  run {result.run_id}")
+        lines.append(
+            f"{job:<10} {partition or '':<36}  {outcome:<6}  run {result.run_id}  {_figures(result)}"
+        )
     return lines
+
+
+def _figures(result: Any) -> str:
+    """A run's main figures and check verdicts, e.g. `fragments_after=1 lsm_consistency=passed`."""
+    shown = [
+        f"{key}={event.materialization.metadata[key].value}"
+        for event in result.get_asset_materialization_events()
+        for key in SHOWN
+        if key in event.materialization.metadata
+    ]
+    shown += [
+        f"{check.check_name}={'passed' if check.passed else 'FAILED'}"
+        for check in result.get_asset_check_evaluations()
+    ]
+    return " ".join(shown)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memwal demo: error: {exc}", file=sys.stderr)
         return exc.exit_code
     print(
-        f"runs recorded in {home}; see them with: dagster dev -w workspace.yaml -h 127.0.0.1", file=sys.stderr
+        f"runs recorded in {home}; see them with: DAGSTER_HOME={home} dagster dev -w workspace.yaml "
+        "-h 127.0.0.1, then open http://127.0.0.1:3000 (Runs; Lineage, group demo)",
+        file=sys.stderr,
     )
     return 0
 

@@ -8,17 +8,23 @@
 - `{table}/indexes`: the maintained base-table indexes, caught up.
 - `{table}/region_snapshot`: the MemWAL index's region snapshot.
 - `{table}/status`: regions, progress and backlog, for the UI.
+- `{table}/compaction`: the base table's fragments, compacted.
+- `{table}/retention`: the base-table versions kept (old untagged ones removed).
+- `{table}/gc_report`: what a GC run deleted and what it kept, by rule. Its
+  job runs only after the blocking `lsm_consistency` check on `base_table` passed.
 
 Every service result becomes materialization metadata the same way
 (`service_metadata`), so the UI plots rows, generations, seconds and table
 versions over time.
 """
 
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dagster import (
+    AssetCheckKey,
     AssetExecutionContext,
     AssetKey,
     AssetsDefinition,
@@ -34,8 +40,12 @@ from dagster import (
 
 from memwal_core.errors import MemwalError
 from memwal_core.services.catchup import catchup
+from memwal_core.services.compact import LocalCompactionEngine, SparkCompactionEngine, compact
+from memwal_core.services.gc import rules
+from memwal_core.services.gc.service import gc
 from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.service import merge
+from memwal_core.services.retain import parse_duration, retain
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
@@ -44,6 +54,8 @@ from memwal_pipelines.config import TableConfig
 # How long a busy region (another merger holds its lease) waits before the run retries.
 BUSY_RETRY_SECONDS = 30
 BUSY_RETRIES = 10
+# Items kept per list in a result's JSON metadata: GC or status over many regions list thousands.
+METADATA_LIST_LIMIT = 50
 
 
 @dataclass(frozen=True)
@@ -84,6 +96,23 @@ class TableKeys:
         return self.key("status")
 
     @property
+    def compaction(self) -> AssetKey:
+        return self.key("compaction")
+
+    @property
+    def retention(self) -> AssetKey:
+        return self.key("retention")
+
+    @property
+    def gc_report(self) -> AssetKey:
+        return self.key("gc_report")
+
+    @property
+    def consistency_check(self) -> AssetCheckKey:
+        """The blocking check GC waits for."""
+        return AssetCheckKey(self.base, "lsm_consistency")
+
+    @property
     def table_resource(self) -> str:
         return f"{self.table.name}_table"
 
@@ -93,10 +122,15 @@ class TableKeys:
 
 
 def service_metadata(result: Any, **extra: Any) -> dict[str, Any]:
-    """A service result as metadata: its top-level numbers (plotted by the UI) and its whole JSON."""
+    """A service result as metadata: its top-level numbers (plotted by the UI) and its JSON.
+
+    Lists in the JSON keep their first METADATA_LIST_LIMIT items: metadata is stored
+    in the instance's event log with every run, and the counts are numbers above.
+    """
     payload: Mapping[str, Any] = result.to_json()
     numbers = {k: v for k, v in payload.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-    return {**numbers, **extra, "result": MetadataValue.json(dict(payload))}
+    shown = {k: v[:METADATA_LIST_LIMIT] if isinstance(v, list) else v for k, v in payload.items()}
+    return {**numbers, **extra, "result": MetadataValue.json(shown)}
 
 
 def on_table(
@@ -110,33 +144,84 @@ def on_table(
         raise Failure(description=str(exc), metadata={"error": type(exc).__name__}) from exc
 
 
+ServiceRun = Callable[[AssetExecutionContext, MemWalTable], Any]
+
+
+def _plain(service: Callable[[MemWalTable], Any]) -> ServiceRun:
+    """A service that needs nothing but the table."""
+    return lambda _context, opened: service(opened)
+
+
+def _spark_session(context: AssetExecutionContext, keys: TableKeys) -> Any:
+    """The run's SparkSession from the lazy resource (started on first use)."""
+    return getattr(context.resources, keys.spark_resource).spark_session
+
+
 def _service_asset(
     keys: TableKeys,
     key: AssetKey,
     description: str,
-    run: Callable[[MemWalTable], Any],
+    run: ServiceRun,
     extra: Callable[[Any], dict[str, Any]],
+    *,
+    deps: Sequence[AssetKey] = (),
+    spark: bool = False,
 ) -> AssetsDefinition:
-    """An unpartitioned asset that runs one service on the table after merges."""
+    """An unpartitioned asset that runs one service on the table after merges.
+
+    A result that reports failures (GC: a region it could not finish) fails the
+    step, still carrying its metadata, so the run shows red and is retried.
+    """
+    resource_keys = {keys.table_resource, keys.spark_resource} if spark else {keys.table_resource}
 
     @asset(
         key=key,
-        deps=[keys.base],
+        deps=[keys.base, *deps],
         group_name=keys.table.name,
-        kinds={"lance"},
-        required_resource_keys={keys.table_resource},
+        kinds={"lance", "spark"} if spark and keys.table.merge_engine == "spark" else {"lance"},
+        required_resource_keys=resource_keys,
         description=description,
     )
     def service(context: AssetExecutionContext) -> MaterializeResult:  # type: ignore[type-arg]
-        result = on_table(context, keys, run)
+        result = on_table(context, keys, lambda opened: run(context, opened))
         context.log.info(result.to_text())
-        return MaterializeResult(metadata=service_metadata(result, **extra(result)))
+        metadata = service_metadata(result, **extra(result))
+        failures = getattr(result, "failures", None)
+        if failures:
+            raise Failure(description=f"region {failures[0].region}: {failures[0].error}", metadata=metadata)
+        return MaterializeResult(metadata=metadata)
 
     return service
 
 
 def _max_lag_after(result: Any) -> dict[str, Any]:
     return {"max_lag_after": max((max(i.lag_after.values(), default=0) for i in result.indexes), default=0)}
+
+
+KEPT_REASONS = (
+    rules.NOT_MERGED,
+    rules.INDEX_NOT_CAUGHT_UP,
+    rules.RETAINED_VERSION,
+    rules.GRACE_PERIOD,
+    rules.FLUSH_IN_PROGRESS,
+)
+
+
+def gc_figures(result: Any) -> dict[str, Any]:
+    """What a GC run (or dry run) did, as plottable numbers; every kept reason always present."""
+    payload = result.to_json()
+    kept = Counter(k["reason"] for k in payload["kept"])
+    return {
+        "generations_deleted": len(payload["deleted"]),
+        "generations_pruned": len(payload["pruned"]),
+        "wal_entries_deleted": payload["wal_entries"]["deleted"],
+        **{f"kept_{reason}": kept[reason] for reason in KEPT_REASONS},
+        "seconds": round(result.seconds_plan + result.seconds_execute, 4),
+    }
+
+
+def _compaction_figures(result: Any) -> dict[str, Any]:
+    return {"seconds": round(result.seconds_plan + result.seconds_execute + result.seconds_commit, 4)}
 
 
 def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
@@ -166,7 +251,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         if table.merge_engine == "spark":
             from memwal_core.services.merge.spark_engine import SparkEngine
 
-            engine = SparkEngine(getattr(context.resources, keys.spark_resource).spark_session)
+            engine = SparkEngine(_spark_session(context, keys))
 
         def run(opened: MemWalTable) -> tuple[Any, int]:
             result = merge(
@@ -183,6 +268,24 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         context.log.info(result.to_text())
         return MaterializeResult(metadata=service_metadata(result, merged_generation=merged))
 
+    def run_compaction(context: AssetExecutionContext, opened: MemWalTable) -> Any:
+        engine: Any = LocalCompactionEngine()
+        if table.merge_engine == "spark":
+            engine = SparkCompactionEngine(_spark_session(context, keys))
+        return compact(
+            opened,
+            engine=engine,
+            target_rows_per_fragment=table.compaction_target_rows,
+            max_tasks=table.compaction_max_tasks,
+        )
+
+    def run_retention(_context: AssetExecutionContext, opened: MemWalTable) -> Any:
+        older_than = parse_duration(table.retain_older_than)
+        return retain(opened, older_than=older_than, keep_versions=table.retain_keep_versions)
+
+    def run_gc(_context: AssetExecutionContext, opened: MemWalTable) -> Any:
+        return gc(opened, dry_run=False, policy=table.gc_policy())
+
     return [
         flushed,
         base_table,
@@ -190,21 +293,47 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
             keys,
             keys.indexes,
             "Base-table indexes the MemWAL maintains, caught up with merged data.",
-            catchup,
+            _plain(catchup),
             _max_lag_after,
         ),
         _service_asset(
             keys,
             keys.snapshot,
             "The MemWAL index's region snapshot (one row per region).",
-            build_snapshot,
+            _plain(build_snapshot),
             lambda _result: {},
         ),
         _service_asset(
             keys,
             keys.status,
             "Regions, merge progress and backlog of the table.",
-            status,
+            _plain(status),
             lambda result: {"regions": len(result.regions), "pending_generations": result.pending_total},
+        ),
+        _service_asset(
+            keys,
+            keys.compaction,
+            "The base table's fragments, compacted by Lance's distributed compaction "
+            f"(at most {table.compaction_max_tasks} rewrite tasks a run).",
+            run_compaction,
+            _compaction_figures,
+            spark=True,
+        ),
+        _service_asset(
+            keys,
+            keys.retention,
+            f"Base-table versions kept: untagged versions older than {table.retain_older_than} removed.",
+            run_retention,
+            lambda _result: {},
+            deps=[keys.compaction],
+        ),
+        _service_asset(
+            keys,
+            keys.gc_report,
+            "What GC deleted (generations, WAL entries, manifest versions, bytes) and what it kept, by rule. "
+            "Runs only after the blocking lsm_consistency check passed.",
+            run_gc,
+            gc_figures,
+            deps=[keys.indexes, keys.retention],
         ),
     ]

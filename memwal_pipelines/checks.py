@@ -1,8 +1,10 @@
-"""Asset checks of one table: merge backlog and age, index lag, LSM consistency.
+"""Asset checks of one table: merge backlog and age, index lag, GC backlog, LSM consistency.
 
 They read the table (changing nothing) and run in the table's checks job, on
 a schedule, not inside every per-region merge run: the consistency check
-reads every key of the base table.
+reads every key of the base table. `lsm_consistency` is blocking, and the GC
+job runs it before GC: a failure there skips GC (nothing is deleted while the
+LSM view and the stored generations disagree).
 """
 
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, asset_check
@@ -10,7 +12,8 @@ from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDef
 from memwal_core.services.backlog import backlog
 from memwal_core.services.catchup import index_lag, maintained_indexes
 from memwal_core.services.consistency import check_consistency
-from memwal_pipelines.assets import TableKeys, service_metadata
+from memwal_core.services.gc.service import gc
+from memwal_pipelines.assets import TableKeys, gc_figures, service_metadata
 
 
 def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
@@ -59,7 +62,7 @@ def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
 
     @asset_check(
         asset=keys.base,
-        name="lsm_consistency",
+        name=keys.consistency_check.name,
         blocking=True,
         required_resource_keys={keys.table_resource},
         description="Lance's LSM read agrees with the base table plus the pending generations.",
@@ -71,4 +74,29 @@ def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
             context.log.error(mismatch)
         return AssetCheckResult(passed=result.passed, metadata=service_metadata(result))
 
-    return [merge_backlog, index_lag_check, lsm_consistency]
+    @asset_check(
+        asset=keys.gc_report,
+        name="gc_backlog",
+        required_resource_keys={keys.table_resource},
+        description=(
+            f"At most {table.max_gc_backlog_generations} merged generations that GC could delete or "
+            "prune now but has not (a GC dry run; generations kept by a rule are reported, not counted)."
+        ),
+    )
+    def gc_backlog(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        with getattr(context.resources, keys.table_resource).open() as opened:
+            planned = gc(opened, dry_run=True, policy=table.gc_policy())
+        figures = gc_figures(planned)
+        # A generation pruned and deleted in one run (grace 0) counts once.
+        waiting = sum(len({d.path for d in (*r.prune, *r.delete_dirs)}) for r in planned.plan.regions)
+        return AssetCheckResult(
+            passed=waiting <= table.max_gc_backlog_generations and not planned.failures,
+            metadata={
+                "gc_backlog_generations": waiting,
+                **{k: v for k, v in figures.items() if k.startswith("kept_")},
+                "storage_requests": sum(planned.requests.values()),
+                "failed_regions": len(planned.failures),
+            },
+        )
+
+    return [merge_backlog, index_lag_check, lsm_consistency, gc_backlog]

@@ -16,6 +16,16 @@ tables:
     max_pending_age_seconds: 900
     max_index_lag: 4
     snapshot_cron: "*/15 * * * *"
+    gc_cron: "45 * * * *"        # GC, after the blocking LSM-consistency check
+    gc_grace_seconds: 3600       # a pruned generation's directory stays this long
+    max_gc_backlog_generations: 256   # merged generations GC could delete but has not
+    compaction_cron: "15 */6 * * *"
+    compaction_fragment_threshold: 64 # the sensor asks for a compaction from this many fragments
+    compaction_target_rows: 1048576
+    compaction_max_tasks: 8      # bounds how long a merge commit may wait for a compaction
+    retention_cron: "30 3 * * *"
+    retain_older_than: 7d        # at least 1h
+    retain_keep_versions: null
 ```
 """
 
@@ -30,10 +40,15 @@ from typing import Any
 import yaml
 
 from memwal_core.errors import BadInputError
+from memwal_core.services.compact import DEFAULT_TARGET_ROWS
+from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS, GcPolicy
+from memwal_core.services.retain import MIN_AGE, parse_duration
 
 DEFAULT_TABLE_URI = "demo/table"
 TABLES_ENV = "MEMWAL_TABLES"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+# Keys that stay text when YAML reads a number, so a bare `90` duration fails as bad input.
+_TEXT = ("name", "uri", "retain_older_than")
 
 
 @dataclass(frozen=True)
@@ -51,12 +66,33 @@ class TableConfig:
     max_index_lag: int = 4
     snapshot_cron: str = "*/15 * * * *"
     sensor_interval_seconds: int = 5
+    gc_cron: str = "45 * * * *"
+    gc_grace_seconds: float = DEFAULT_GRACE_SECONDS
+    max_gc_backlog_generations: int = 256
+    compaction_cron: str = "15 */6 * * *"
+    compaction_fragment_threshold: int = 64
+    compaction_target_rows: int = DEFAULT_TARGET_ROWS
+    compaction_max_tasks: int = 8
+    retention_cron: str = "30 3 * * *"
+    retain_older_than: str = "7d"
+    retain_keep_versions: int | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
             raise BadInputError(f"table name {self.name!r} must be letters, digits and underscores")
         if self.merge_engine not in ("local", "spark"):
             raise BadInputError(f"table {self.name}: merge_engine must be local or spark")
+        # Fail when the list loads, not at the first scheduled run.
+        self.gc_policy()
+        if parse_duration(self.retain_older_than) < MIN_AGE:
+            raise BadInputError(f"table {self.name}: retain_older_than must be at least {MIN_AGE}")
+        if self.compaction_fragment_threshold < 2 or self.compaction_max_tasks < 1:
+            raise BadInputError(
+                f"table {self.name}: compaction needs a fragment threshold >= 2 and max tasks >= 1"
+            )
+
+    def gc_policy(self) -> GcPolicy:
+        return GcPolicy(grace_seconds=self.gc_grace_seconds)
 
 
 def default_tables() -> list[TableConfig]:
@@ -97,4 +133,4 @@ def load_tables(path: str | None = None) -> list[TableConfig]:
 
 
 def _typed(entry: dict[str, Any]) -> dict[str, Any]:
-    return {key: str(value) if key in ("name", "uri") else value for key, value in entry.items()}
+    return {key: str(value) if key in _TEXT else value for key, value in entry.items()}

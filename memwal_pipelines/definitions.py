@@ -17,7 +17,7 @@ from memwal_pipelines.config import TableConfig, load_tables
 from memwal_pipelines.ingest import ingest_job
 from memwal_pipelines.jobs import table_jobs, table_schedules
 from memwal_pipelines.resources import spark_resource, table_resource
-from memwal_pipelines.sensors import flushed_generations_sensor, index_catchup_sensor
+from memwal_pipelines.sensors import compaction_sensor, flushed_generations_sensor, index_catchup_sensor
 
 
 def build_definitions(tables: Sequence[TableConfig]) -> Definitions:
@@ -37,6 +37,7 @@ def build_definitions(tables: Sequence[TableConfig]) -> Definitions:
         sensors += [
             flushed_generations_sensor(keys, table_job_set),
             index_catchup_sensor(keys, table_job_set),
+            compaction_sensor(keys, table_job_set),
         ]
         schedules += table_schedules(keys, table_job_set)
         resources[keys.table_resource] = table_resource(table)

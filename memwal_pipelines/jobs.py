@@ -2,8 +2,10 @@
 
 Concurrency (dagster.yaml): one run per region partition at a time (the
 `dagster/partition` tag carries the region id, unique across tables, and is
-set on sensor runs and UI backfills alike), and one catch-up or snapshot run
-per table at a time (`memwal/service`). Writers of the MemWAL index details
+set on sensor runs and UI backfills alike), one catch-up, snapshot, checks or
+upkeep run per table at a time (`memwal/service`), and one upkeep run
+(compaction, retention, GC) in the instance at a time (`memwal/upkeep`, see
+`table_jobs`). Writers of the MemWAL index details
 (merge commits, snapshot builds) are serialised by a lease in the table's own
 storage, which also covers CLI runs outside Dagster.
 
@@ -31,6 +33,7 @@ if TYPE_CHECKING:  # what define_asset_job returns; dagster does not export the 
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 SERVICE_TAG = "memwal/service"
+UPKEEP_TAG = "memwal/upkeep"
 CHECKS_CRON = "*/10 * * * *"
 
 
@@ -40,58 +43,110 @@ class TableJobs:
     catchup: UnresolvedAssetJobDefinition
     snapshot: UnresolvedAssetJobDefinition
     checks: UnresolvedAssetJobDefinition
+    compaction: UnresolvedAssetJobDefinition
+    retention: UnresolvedAssetJobDefinition
+    gc: UnresolvedAssetJobDefinition
 
     @property
     def all(self) -> list[UnresolvedAssetJobDefinition]:
-        return [self.merge, self.catchup, self.snapshot, self.checks]
+        return [
+            self.merge,
+            self.catchup,
+            self.snapshot,
+            self.checks,
+            self.compaction,
+            self.retention,
+            self.gc,
+        ]
 
 
 def table_jobs(keys: TableKeys) -> TableJobs:
+    """The jobs of one table.
+
+    Upkeep (compaction, retention, GC) must not starve merges. Three limits see
+    to it: `memwal/upkeep` lets one upkeep run at a time hold a slot of the run
+    queue (dagster.yaml), so merges keep the others; `memwal/service`
+    `{table}:upkeep` keeps a table's upkeep runs apart (retention must not
+    remove the versions a GC run is planning against); and compaction itself
+    holds the table's index-details lease, which every merge commit also takes,
+    for at most `compaction_max_tasks` rewrite tasks: merges keep collapsing
+    and wait only at their commit, for one bounded compaction, and neither
+    discards the other's work (an optimistic compaction would lose every race
+    with a merge commit under load).
+    """
     name = keys.table.name
+    upkeep = {SERVICE_TAG: f"{name}:upkeep", UPKEEP_TAG: "1"}
+
+    def job(
+        suffix: str, selection: AssetSelection, description: str, tags: dict[str, str] | None = None
+    ) -> UnresolvedAssetJobDefinition:
+        return define_asset_job(
+            f"{name}_{suffix}",
+            executor_def=in_process_executor,
+            selection=selection,
+            tags=tags if tags is not None else {SERVICE_TAG: f"{name}:{suffix}"},
+            description=description,
+        )
+
     return TableJobs(
-        merge=define_asset_job(
-            f"{name}_merge",
-            executor_def=in_process_executor,
-            selection=AssetSelection.assets(keys.base).without_checks(),
-            description="Merge one region's pending generations into the base table.",
+        merge=job(
+            "merge",
+            AssetSelection.assets(keys.base).without_checks(),
+            "Merge one region's pending generations into the base table.",
+            tags={},
         ),
-        catchup=define_asset_job(
-            f"{name}_catchup",
-            executor_def=in_process_executor,
-            selection=AssetSelection.assets(keys.indexes).without_checks(),
-            tags={SERVICE_TAG: f"{name}:catchup"},
-            description="Bring the maintained indexes up to date with merged data.",
+        catchup=job(
+            "catchup",
+            AssetSelection.assets(keys.indexes).without_checks(),
+            "Bring the maintained indexes up to date with merged data.",
         ),
-        snapshot=define_asset_job(
-            f"{name}_snapshot",
-            executor_def=in_process_executor,
-            selection=AssetSelection.assets(keys.snapshot, keys.status).without_checks(),
-            tags={SERVICE_TAG: f"{name}:snapshot"},
-            description="Build the MemWAL index region snapshot and record the table's status.",
+        snapshot=job(
+            "snapshot",
+            AssetSelection.assets(keys.snapshot, keys.status).without_checks(),
+            "Build the MemWAL index region snapshot and record the table's status.",
         ),
-        checks=define_asset_job(
-            f"{name}_checks",
-            executor_def=in_process_executor,
-            selection=AssetSelection.checks_for_assets(keys.base, keys.indexes),
-            tags={SERVICE_TAG: f"{name}:checks"},
-            description="Merge backlog and age, index lag, LSM consistency.",
+        checks=job(
+            "checks",
+            AssetSelection.checks_for_assets(keys.base, keys.indexes, keys.gc_report),
+            "Merge backlog and age, index lag, GC backlog, LSM consistency.",
+        ),
+        compaction=job(
+            "compaction",
+            AssetSelection.assets(keys.compaction),
+            "Compact the base table's fragments (bounded; merges wait only at their commit).",
+            tags=upkeep,
+        ),
+        retention=job(
+            "retention",
+            AssetSelection.assets(keys.retention),
+            "Remove old untagged base-table versions, so GC can free the generations they pinned.",
+            tags=upkeep,
+        ),
+        gc=job(
+            "gc",
+            # The blocking check runs first; when it fails, GC does not run.
+            AssetSelection.assets(keys.gc_report) | AssetSelection.checks(keys.consistency_check),
+            "The LSM-consistency check, then (only if it passed) GC, then the GC backlog check.",
+            tags=upkeep,
         ),
     )
 
 
 def table_schedules(keys: TableKeys, jobs: TableJobs) -> list[ScheduleDefinition]:
-    name = keys.table.name
+    """A schedule per periodic job, stopped until switched on in the UI (Dagster's default)."""
+    table = keys.table
     return [
         ScheduleDefinition(
-            name=f"{name}_snapshot_schedule",
-            job=jobs.snapshot,
-            cron_schedule=keys.table.snapshot_cron,
+            name=f"{table.name}_{suffix}_schedule",
+            job=scheduled,
+            cron_schedule=cron,
             default_status=DefaultScheduleStatus.STOPPED,
-        ),
-        ScheduleDefinition(
-            name=f"{name}_checks_schedule",
-            job=jobs.checks,
-            cron_schedule=CHECKS_CRON,
-            default_status=DefaultScheduleStatus.STOPPED,
-        ),
+        )
+        for suffix, scheduled, cron in [
+            ("snapshot", jobs.snapshot, table.snapshot_cron),
+            ("checks", jobs.checks, CHECKS_CRON),
+            ("compaction", jobs.compaction, table.compaction_cron),
+            ("retention", jobs.retention, table.retention_cron),
+            ("gc", jobs.gc, table.gc_cron),
+        ]
     ]

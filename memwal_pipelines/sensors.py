@@ -10,13 +10,19 @@ backlog never starts a second run, while a new flush or a partial merge does.
 
 `{table}_index_catchup` requests a catch-up run when a maintained index lags
 behind merged data, once per table version.
+
+`{table}_compaction` requests a compaction run when the base table has
+`compaction_fragment_threshold` fragments or more and Lance's planner finds
+work, once per table version and never while one is queued or running.
 """
 
 import json
 
 from dagster import (
     AssetObservation,
+    DagsterRunStatus,
     RunRequest,
+    RunsFilter,
     SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
@@ -26,6 +32,7 @@ from dagster import (
 
 from memwal_core.services.backlog import backlog
 from memwal_core.services.catchup import index_lag, maintained_indexes
+from memwal_core.services.compact import plan_compaction
 from memwal_pipelines.assets import TableKeys
 from memwal_pipelines.jobs import TableJobs
 from memwal_pipelines.resources import table_resource
@@ -98,3 +105,37 @@ def index_catchup_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefinition:
         return RunRequest(run_key=f"{table.name}:catchup:{details.table_version}")
 
     return index_catchup
+
+
+UNFINISHED = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+]
+
+
+def compaction_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefinition:
+    table = keys.table
+    threshold = table.compaction_fragment_threshold
+
+    @sensor(
+        name=f"{table.name}_compaction",
+        job=jobs.compaction,
+        minimum_interval_seconds=max(60, table.sensor_interval_seconds),
+        description=f"{threshold} base-table fragments or more start a compaction run.",
+    )
+    def compaction(context: SensorEvaluationContext) -> RunRequest | SkipReason:
+        # Merges commit new versions while a compaction runs: one compaction at a time is enough.
+        if context.instance.get_runs_count(RunsFilter(job_name=jobs.compaction.name, statuses=UNFINISHED)):
+            return SkipReason("a compaction run is queued or running")
+        with table_resource(table).open() as opened:
+            fragments = len(opened.dataset().get_fragments())
+            if fragments < threshold:
+                return SkipReason(f"{fragments} fragments, under the threshold of {threshold}")
+            plan = plan_compaction(opened, target_rows_per_fragment=table.compaction_target_rows, max_tasks=1)
+        if not plan.tasks:
+            return SkipReason(f"{fragments} fragments, none that Lance would rewrite")
+        return RunRequest(run_key=f"{table.name}:compaction:{plan.read_version}")
+
+    return compaction

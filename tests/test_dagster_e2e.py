@@ -150,7 +150,15 @@ def test_ui_renders_the_asset_graph_and_a_region_partition(
             show(
                 page,
                 "/locations/memwal_pipelines.definitions/asset-groups/beta",
-                ["flushed_generations", "base_table", "indexes", "region_snapshot", "status"],
+                [
+                    "flushed_generations",
+                    "base_table",
+                    "indexes",
+                    "region_snapshot",
+                    "status",
+                    "compaction",
+                    "gc_report",
+                ],
                 "asset-graph.png",
             )
             show(

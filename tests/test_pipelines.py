@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, SensorResult, build_sensor_context
+from dagster import (
+    DagsterInstance,
+    DagsterRunStatus,
+    RunRequest,
+    SensorResult,
+    SkipReason,
+    build_sensor_context,
+)
 from dagster._core.instance.ref import InstanceRef
+from dagster._core.test_utils import create_run_for_test
 
 from memwal_core.errors import BadInputError
+from memwal_core.services.retain import retain
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
 from memwal_pipelines.assets import TableKeys
@@ -52,8 +64,12 @@ def test_default_location_and_table_list(tmp_path: Path, monkeypatch: pytest.Mon
         "orders/flushed_generations",
         "orders/region_snapshot",
     }
+    assert "orders/gc_report" in {k.to_user_string() for k in graph.get_all_asset_keys()}
     listing.write_text("tables:\n  - {name: x, uri: /t, colour: red}\n")
     with pytest.raises(BadInputError, match="unknown key 'colour'"):
+        load_tables()
+    listing.write_text("tables:\n  - {name: x, uri: /t, retain_older_than: 30m}\n")
+    with pytest.raises(BadInputError, match="retain_older_than must be at least"):
         load_tables()
 
 
@@ -80,13 +96,31 @@ def test_sensor_adds_regions_observes_once_and_keys_runs_by_generation(tmp_path:
     assert newcomer in {r.partition_key for r in third.run_requests or []}
 
 
-def run_job(keys: TableKeys, instance: DagsterInstance, job: str, partition: str | None = None) -> Any:
+def run_job(
+    keys: TableKeys,
+    instance: DagsterInstance,
+    job: str,
+    partition: str | None = None,
+    *,
+    succeeds: bool = True,
+) -> Any:
     definitions = build_definitions([keys.table])
     result = definitions.resolve_job_def(f"{keys.table.name}_{job}").execute_in_process(
-        instance=instance, partition_key=partition
+        instance=instance, partition_key=partition, raise_on_error=False
     )
-    assert result.success
+    assert result.success is succeeds
     return result
+
+
+def materialized(result: Any, asset: str) -> dict[str, Any]:
+    """The metadata values of the one materialization of `asset` in a run."""
+    events = [e for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == asset]
+    assert len(events) == 1, f"{asset} materialized {len(events)} times"
+    return {k: v.value for k, v in events[0].materialization.metadata.items()}
+
+
+def verdicts(result: Any) -> dict[str, bool]:
+    return {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
 
 
 @pytest.mark.parametrize("engine", ["local", "spark"])
@@ -120,9 +154,15 @@ def test_jobs_merge_catch_up_snapshot_and_check_a_real_table(
         "merge_backlog": True,
         "index_lag": True,
         "lsm_consistency": True,
+        "gc_backlog": True,
     }
     with MemWalTable.open(table.uri) as opened:
         assert status(opened).pending_total == 0
+    # Compaction on the same engine; Lance drops the rewritten index's catch-up record, compaction restores it.
+    compacted = materialized(run_job(keys, instance, "compaction"), "compaction")
+    assert compacted["fragments_after"] == 1 and compacted["result"]["catchup_restored"] == ["id_idx"]
+    table.assert_merged()
+    assert verdicts(run_job(keys, instance, "checks"))["index_lag"] is True
 
 
 def test_checks_fail_on_a_backlog_and_a_missing_generation(tmp_path: Path) -> None:
@@ -150,6 +190,84 @@ def test_checks_fail_on_a_backlog_and_a_missing_generation(tmp_path: Path) -> No
     assert "LSM read failed" in str(evaluations["lsm_consistency"].metadata["result"].value)
 
 
+def compaction_tick(keys: TableKeys, instance: DagsterInstance) -> RunRequest | SkipReason:
+    sensor = build_definitions([keys.table]).resolve_sensor_def(f"{keys.table.name}_compaction")
+    with build_sensor_context(instance=instance) as context:
+        result = sensor(context)
+    assert isinstance(result, RunRequest | SkipReason)
+    return result
+
+
+def test_fragment_sensor_compaction_and_retention_on_a_real_table(tmp_path: Path) -> None:
+    table, regions = keyed_backlog_table(tmp_path / "t")
+    config = TableConfig(name="t", uri=table.uri)
+    keys = TableKeys(config)
+    instance = DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(keys.regions_name, regions)
+    for region in regions:
+        run_job(keys, instance, "merge", region)
+    fragments = len(table.dataset().get_fragments())
+    assert fragments >= 3, "every merge leaves a fragment behind"
+
+    below = compaction_tick(TableKeys(replace(config, compaction_fragment_threshold=fragments + 1)), instance)
+    assert isinstance(below, SkipReason), "under the threshold: no run"
+    crossing = TableKeys(replace(config, compaction_fragment_threshold=fragments))
+    first, again = compaction_tick(crossing, instance), compaction_tick(crossing, instance)
+    assert isinstance(first, RunRequest) and isinstance(again, RunRequest)
+    assert first.run_key == again.run_key == f"t:compaction:{table.dataset().version}"
+    busy = DagsterInstance.ephemeral()
+    create_run_for_test(busy, job_name="t_compaction", status=DagsterRunStatus.STARTED)
+    assert isinstance(compaction_tick(crossing, busy), SkipReason), "one compaction running is enough"
+
+    compacted = materialized(run_job(crossing, instance, "compaction"), "compaction")
+    assert (compacted["fragments_before"], compacted["fragments_after"]) == (fragments, 1)
+    assert compacted["rows_rewritten"] == len(table.rows) and compacted["seconds"] > 0
+    table.assert_merged()
+    assert isinstance(compaction_tick(crossing, instance), SkipReason), "compacted: under the threshold again"
+
+    versions = len(table.dataset().versions())
+    kept = materialized(run_job(keys, instance, "retention"), "retention")
+    # The default keeps a week of versions: on a fresh table, every one of them.
+    assert kept["versions_before"] == versions and kept["versions_removed"] == 0
+    assert kept["oldest_retained_version"] == 1
+    table.assert_merged()
+
+
+def test_gc_runs_only_after_the_consistency_check_passes(tmp_path: Path) -> None:
+    table, (merged, pending) = keyed_backlog_table(tmp_path / "t")
+    keys = TableKeys(TableConfig(name="t", uri=table.uri, gc_grace_seconds=0, max_gc_backlog_generations=1))
+    instance = DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(keys.regions_name, [merged, pending])
+    run_job(keys, instance, "merge", merged)
+    with MemWalTable.open(table.uri) as opened:
+        # Old versions pin merged generations (time travel); release them as a retention run would.
+        retain(opened, older_than=timedelta(0), force=True)
+        merged_dirs = [g.path for g in opened.region_store(merged).read_latest().generations]
+        victim = opened.region_store(pending).read_latest().generations[0].path
+    region_dir = Path(table.uri) / "_mem_wal"
+    assert all((region_dir / merged / d).is_dir() for d in merged_dirs) and len(merged_dirs) == 2
+
+    checks = run_job(keys, instance, "checks", succeeds=True)
+    assert verdicts(checks)["gc_backlog"] is False, "2 merged generations wait for GC, the threshold is 1"
+
+    # A pending generation that cannot be read: the LSM view is broken, so GC must not delete anything.
+    shutil.move(region_dir / pending / victim, tmp_path / "aside")
+    refused = run_job(keys, instance, "gc", succeeds=False)
+    assert verdicts(refused) == {"lsm_consistency": False}
+    assert not refused.get_asset_materialization_events(), "GC did not run"
+    assert all((region_dir / merged / d).is_dir() for d in merged_dirs)
+
+    shutil.move(tmp_path / "aside", region_dir / pending / victim)
+    collected = run_job(keys, instance, "gc")
+    assert verdicts(collected) == {"lsm_consistency": True, "gc_backlog": True}
+    report = materialized(collected, "gc_report")
+    assert report["generations_deleted"] == 2 and report["bytes_deleted"] > 0
+    assert report["kept_not_merged"] == 2 and report["kept_retained_version"] == 0
+    assert not any((region_dir / merged / d).exists() for d in merged_dirs)
+    run_job(keys, instance, "merge", pending)
+    table.assert_merged()
+
+
 def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     """The README's first command: demo table, every job once, runs kept in a local instance."""
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
@@ -168,8 +286,18 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     home = tmp_path / ".dagster_home"
     runs = DagsterInstance.from_ref(InstanceRef.from_dir(str(home))).get_runs()
     jobs = sorted(r.job_name for r in runs)
-    assert jobs == ["demo_catchup", "demo_checks", *["demo_merge"] * 3, "demo_snapshot"]
+    assert jobs == [
+        "demo_catchup",
+        "demo_checks",
+        "demo_compaction",
+        "demo_gc",
+        *["demo_merge"] * 3,
+        "demo_retention",
+        "demo_snapshot",
+    ]
     assert all(r.is_success for r in runs)
+    gc_line = next(line for line in proc.stderr.splitlines() if line.startswith("gc "))
+    assert "lsm_consistency=passed" in gc_line and "generations_deleted=" in gc_line
 
 
 def test_ingest_job_loads_files_and_the_sensor_merges_them(tmp_path: Path) -> None:

@@ -114,7 +114,7 @@ class LocalStore(ObjectStore):
     def delete(self, path: str) -> None:
         self._io("delete", path, lambda: self._path(path).unlink(missing_ok=True))
 
-    def delete_tree(self, path: str) -> int:
+    def delete_tree(self, path: str) -> list[ObjectInfo]:
         deleted = super().delete_tree(path)
         # Directories are not objects: drop the emptied ones, or listings would still show them.
         for dirpath, _dirs, _files in os.walk(self._path(path), topdown=False):

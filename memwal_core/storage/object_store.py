@@ -131,11 +131,14 @@ class ObjectStore(ABC):
         """Delete many objects (absent ones are not an error); stores with batch deletes override this."""
         self.map(self.delete, paths)
 
-    def delete_tree(self, path: str) -> int:
-        """Delete every object below `path/`; the number deleted. Re-running finishes a partial delete."""
-        files = [info.path for info in self.list_files(path, recursive=True)]
-        self.delete_many(files)
-        return len(files)
+    def delete_tree(self, path: str) -> list[ObjectInfo]:
+        """Delete every object below `path/`; the objects deleted (GC reports their count and bytes).
+
+        Re-running finishes a partial delete.
+        """
+        found = self.list_files(path, recursive=True)
+        self.delete_many([info.path for info in found])
+        return found
 
     def close(self) -> None:
         """Release the I/O threads."""

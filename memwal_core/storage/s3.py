@@ -241,8 +241,9 @@ class S3Store(ObjectStore):
 
         self.map(delete_batch, batches)
 
-    def delete_tree(self, path: str) -> int:
-        files = [info.path for info in self.list_files(path, recursive=True)]
+    def delete_tree(self, path: str) -> list[ObjectInfo]:
+        found = self.list_files(path, recursive=True)
+        files = [info.path for info in found]
         # Some S3 servers (SeaweedFS) keep emptied folders as listable prefixes unless
         # their "dir/" keys are deleted too; on AWS these keys are absent and cost nothing.
         folders = {path} | {f.rsplit("/", 1)[0] for f in files}
@@ -252,4 +253,4 @@ class S3Store(ObjectStore):
                 folders.add(folder)
         markers = [f"{folder}/" for folder in sorted(folders, key=lambda f: -f.count("/"))]
         self.delete_many(files + markers)
-        return len(files)
+        return found

@@ -68,8 +68,15 @@ class DagsterDeployment(LoopbackService):
         return bool(self._processes) and all(p.poll() is None for p in self._processes.values())
 
     def _prepare(self) -> None:
+        from dagster import DagsterInstance
+        from dagster._core.instance.ref import InstanceRef
+
         self.home.mkdir(parents=True, exist_ok=True)
         shutil.copy(PROJECT_ROOT / "dagster.yaml", self.home / "dagster.yaml")
+        # Create the sqlite storage here, once: the webserver, the daemon and the code server
+        # starting together on an empty DAGSTER_HOME race to stamp its schema (seen: alembic's
+        # "Version table 'alembic_version' has more than one head present").
+        DagsterInstance.from_ref(InstanceRef.from_dir(str(self.home))).dispose()
 
     def _spawn(self, name: str, args: list[str]) -> None:
         log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - closed in _release

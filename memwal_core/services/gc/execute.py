@@ -33,6 +33,8 @@ class RegionGcOutcome:
     pruned_in_version: int | None
     deleted_dirs: tuple[GenerationDir, ...]
     objects_deleted: int
+    # Bytes of the generation directories deleted (as listed just before deleting them).
+    bytes_deleted: int
     wal_deleted: int
     manifest_versions_deleted: int
 
@@ -67,7 +69,8 @@ def execute_region(store: ObjectStore, manifests: RegionManifestStore, plan: Reg
     pruned_in = prune_generations(manifests, {d.path for d in plan.prune}) if plan.prune else None
     # Directories in parallel on threads of their own (the store's pool serves the deletes).
     with ThreadPoolExecutor(DIRECTORY_THREADS, thread_name_prefix="memwal-gc-dirs") as pool:
-        objects = sum(pool.map(store.delete_tree, [f"{region_dir}/{d.path}" for d in plan.deleted_dirs]))
+        trees = list(pool.map(store.delete_tree, [f"{region_dir}/{d.path}" for d in plan.deleted_dirs]))
+    objects = sum(len(tree) for tree in trees)
     wal_dir = f"{region_dir}/{REGION_WAL_DIR}"
     store.delete_many([f"{wal_dir}/{wal_entry_name(p)}" for p in plan.wal_delete])
     if plan.manifest_delete:
@@ -80,6 +83,7 @@ def execute_region(store: ObjectStore, manifests: RegionManifestStore, plan: Reg
         pruned_in_version=pruned_in,
         deleted_dirs=plan.deleted_dirs,
         objects_deleted=objects + len(plan.wal_delete) + len(plan.manifest_delete),
+        bytes_deleted=sum(info.size for tree in trees for info in tree),
         wal_deleted=len(plan.wal_delete),
         manifest_versions_deleted=len(plan.manifest_delete),
     )

@@ -75,6 +75,7 @@ class GcResult:
             },
             "manifest_versions_deleted": sum(len(p.manifest_delete) for p in plans),
             "objects_deleted": sum(o.objects_deleted for o in self.outcomes),
+            "bytes_deleted": sum(o.bytes_deleted for o in self.outcomes),
             "failures": [{"region": f.region, "error": f.error} for f in self.failures],
             "seconds_plan": round(self.seconds_plan, 4),
             "seconds_execute": round(self.seconds_execute, 4),
