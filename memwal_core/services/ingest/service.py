@@ -3,8 +3,8 @@
 Every source row is read and checked (types, nulls, columns) before the first
 row is written, so bad input leaves the table untouched. Writes are upserts by
 key: a rerun, or a retried Spark task, leaves the same final rows. A key that
-occurs more than once in the sources ends with its last row under the local
-engine; under Spark the order across files is not defined.
+occurs more than once in the sources ends with its last row (files in sorted
+path order), under either engine.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ import pyarrow as pa
 from memwal_core.errors import MemwalError, NotFoundError
 from memwal_core.services.merge.collapse import Collapsed, collapse_tables, conform, read_generation
 from memwal_core.services.merge.plan import RegionMergePlan
+from memwal_core.services.staging import STAGING_DIR, stage, unstage, unstage_batches
 from memwal_core.spark_session import executor_error, spark_session
 from memwal_core.storage.object_store import ObjectStore, open_store
 from memwal_core.storage.options import StorageOptions
@@ -40,10 +41,8 @@ from memwal_core.storage.options import StorageOptions
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-STAGING_DIR = "_memwal_staging"
 # Fewest generation rows worth a Spark task (MEMWAL_SPARK_ROWS_PER_TASK overrides it).
 DEFAULT_ROWS_PER_TASK = 250_000
-STREAM_BATCH_ROWS = 65_536
 # What each task reports back to the driver: one small row per key partition.
 TASK_RESULT_SCHEMA = (
     "part long, rows_read long, bytes_read long, live_rows long, live_path string, "
@@ -60,26 +59,6 @@ def key_partition(rows: pa.Table, primary_key: Sequence[str], partitions: int) -
     keys = pd.DataFrame({k: rows.column(k).to_pandas() for k in primary_key})
     hashes = pd.util.hash_pandas_object(keys, index=False).to_numpy()
     return pa.array(hashes % partitions)
-
-
-def _stage(uri: str, rows: pa.Table, storage_options: Mapping[str, str]) -> str:
-    from lance.file import LanceFileWriter
-
-    writer = LanceFileWriter(uri, rows.schema, storage_options=dict(storage_options) or None)
-    writer.write_batch(rows)
-    writer.close()
-    return uri
-
-
-def _unstage_batches(uri: str, storage_options: Mapping[str, str]) -> pa.RecordBatchReader:
-    from lance.file import LanceFileReader
-
-    reader = LanceFileReader(uri, storage_options=dict(storage_options) or None)
-    return reader.read_all(batch_size=STREAM_BATCH_ROWS).to_batches()
-
-
-def _unstage(uri: str, storage_options: Mapping[str, str]) -> pa.Table:
-    return _unstage_batches(uri, storage_options).read_all()
 
 
 def _collapse_partitions(
@@ -113,9 +92,9 @@ def _collapse_partitions(
                             "rows_read": sum(t.num_rows for t in tables),
                             "bytes_read": sum(t.nbytes for t in tables),
                             "live_rows": live.num_rows,
-                            "live_path": _stage(f"{attempt}-live.lance", live, storage_options),
+                            "live_path": stage(f"{attempt}-live.lance", live, storage_options),
                             "deleted_rows": deleted.num_rows,
-                            "deleted_path": _stage(f"{attempt}-deleted.lance", deleted, storage_options),
+                            "deleted_path": stage(f"{attempt}-deleted.lance", deleted, storage_options),
                         }
                     ]
                 )
@@ -206,7 +185,7 @@ class StagedOutput:
     def deleted_keys(self, primary_key: Sequence[str]) -> pa.Table:
         """All deleted keys at once: the commit's delete predicate is built from them."""
         key_schema = pa.schema([self.base_schema.field(k) for k in primary_key])
-        tables = [_unstage(r["deleted_path"], self.storage_options) for r in self.results]
+        tables = [unstage(r["deleted_path"], self.storage_options) for r in self.results]
         return pa.concat_tables([conform(t, key_schema, what=self.what) for t in tables])
 
     def live_rows(self) -> pa.RecordBatchReader:
@@ -214,7 +193,7 @@ class StagedOutput:
 
         def batches() -> Iterator[pa.RecordBatch]:
             for result in self.results:
-                for batch in _unstage_batches(result["live_path"], self.storage_options):
+                for batch in unstage_batches(result["live_path"], self.storage_options):
                     yield from conform(
                         pa.Table.from_batches([batch]), self.base_schema, what=self.what
                     ).to_batches()
