@@ -8,12 +8,13 @@ against (b)'s write time, and (s) the Spark ingestion job from Parquet
 files into 4 regions (local[*], the session started before timing).
 Prints rows/s and the ratios; the aims are (a)/(n) >= 0.9 and routing < 5%.
 
-Usage: python bench/ingest.py [--rows 1000000] [--put-rows 10000] [--skip-spark]
+Usage: python bench/ingest.py [--rows 1000000] [--put-rows 10000] [--repeats 3] [--skip-spark]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -56,11 +57,18 @@ def new_table(root: Path, **mode: Any) -> str:
     return uri
 
 
+REPEATS = 1
+
+
 def timed(label: str, rows: int, run: Callable[[], None]) -> float:
-    started = time.perf_counter()
-    run()
-    seconds = time.perf_counter() - started
-    print(f"  {label:<44} {seconds:7.2f} s  {rows / seconds:>10,.0f} rows/s")
+    """The median of REPEATS runs (each on a fresh table): this machine's neighbours are noisy."""
+    runs = []
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        run()
+        runs.append(time.perf_counter() - started)
+    seconds = statistics.median(runs)
+    print(f"  {label:<44} {seconds:7.2f} s  {rows / seconds:>10,.0f} rows/s  (median of {len(runs)})")
     return seconds
 
 
@@ -95,7 +103,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--put-rows", type=int, default=10_000)
     parser.add_argument("--skip-spark", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    global REPEATS
+    REPEATS = args.repeats
     parts = batches(args.rows, args.put_rows)
     print(f"{args.rows:,} rows in puts of {args.put_rows:,}")
     with tempfile.TemporaryDirectory(prefix="memwal-bench-ingest-") as tmp:
