@@ -31,6 +31,7 @@ from memwal_core.services.gc.rules import (
 )
 from memwal_core.services.gc.wal import plan_wal
 from memwal_core.services.merge.plan import RegionFailure
+from memwal_core.services.staging import STAGING_DIR
 from memwal_core.table import MemWalTable
 
 WAL_SUFFIX = ".arrow"
@@ -110,6 +111,8 @@ class GcPlan:
     retained_versions: tuple[int, ...]
     regions: tuple[RegionGcPlan, ...]
     failures: tuple[RegionFailure, ...] = ()
+    # Abandoned `_memwal_staging/` files (path, size), older than the policy's staging age.
+    stale_staging: tuple[tuple[str, int], ...] = ()
 
 
 def maintained_index_names(dataset: Any, maintained: tuple[str, ...], all_indexes: bool) -> list[str]:
@@ -249,6 +252,15 @@ def plan_region(
     )
 
 
+def stale_staging(table: MemWalTable, policy: GcPolicy, now: float) -> tuple[tuple[str, int], ...]:
+    """Staged files no live job can still read: older than `policy.staging_max_age_seconds`."""
+    return tuple(
+        (info.path, info.size)
+        for info in table.store.list_files(STAGING_DIR, recursive=True)
+        if now - info.mtime > policy.staging_max_age_seconds
+    )
+
+
 def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -> GcPlan:
     """Plan GC for every region of the table."""
     now = time.time() if now is None else now
@@ -279,4 +291,5 @@ def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -
         retained_versions=tuple(retained_versions),
         regions=tuple(o for o in outcomes if isinstance(o, RegionGcPlan)),
         failures=tuple(o for o in outcomes if isinstance(o, RegionFailure)),
+        stale_staging=stale_staging(table, policy, now),
     )

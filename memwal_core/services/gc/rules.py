@@ -40,6 +40,9 @@ class GcPolicy:
     wal_min_age_seconds: float | None = None
     # Newest region manifest versions kept (older ones only once superseded for the grace period).
     keep_manifest_versions: int = 10
+    # Files a Spark merge or ingestion staged and never removed (its driver died) go after this long;
+    # a live job reads its staged files within minutes, so a day is far past any reader.
+    staging_max_age_seconds: float = 86_400.0
 
     def __post_init__(self) -> None:
         if self.grace_seconds < 0:
@@ -49,6 +52,10 @@ class GcPolicy:
         if self.wal_min_age_seconds is not None and self.wal_min_age_seconds < 0:
             raise BadInputError(
                 f"the WAL minimum age must be 0 or more seconds, not {self.wal_min_age_seconds}"
+            )
+        if self.staging_max_age_seconds < 0:
+            raise BadInputError(
+                f"the staging age must be 0 or more seconds, not {self.staging_max_age_seconds}"
             )
         if self.keep_manifest_versions < 1:
             raise BadInputError(

@@ -74,8 +74,11 @@ class GcResult:
                 "kept": dict(sorted(wal_kept.items())),
             },
             "manifest_versions_deleted": sum(len(p.manifest_delete) for p in plans),
-            "objects_deleted": sum(o.objects_deleted for o in self.outcomes),
-            "bytes_deleted": sum(o.bytes_deleted for o in self.outcomes),
+            "staging_files_deleted": len(self.plan.stale_staging),
+            "objects_deleted": sum(o.objects_deleted for o in self.outcomes)
+            + (0 if self.dry_run else len(self.plan.stale_staging)),
+            "bytes_deleted": sum(o.bytes_deleted for o in self.outcomes)
+            + (0 if self.dry_run else sum(size for _path, size in self.plan.stale_staging)),
             "failures": [{"region": f.region, "error": f.error} for f in self.failures],
             "seconds_plan": round(self.seconds_plan, 4),
             "seconds_execute": round(self.seconds_execute, 4),
@@ -144,6 +147,9 @@ def gc(
                 )
                 if progress is not None:
                     progress(done, len(work), region)
+        if plan.stale_staging:
+            table.store.delete_many([path for path, _size in plan.stale_staging])
+            log.info("%d abandoned staging file(s) deleted", len(plan.stale_staging))
     return GcResult(
         table=table,
         plan=plan,
