@@ -46,6 +46,10 @@ class StorageError(MemwalError):
     """The object store failed (unreachable, refused, or out of retries)."""
 
 
+class UncertainWriteError(StorageError):
+    """A write's response was lost: it may or may not have been applied (retrying an upsert is safe)."""
+
+
 class ConflictError(MemwalError):
     """Another writer changed the same object first; re-read and re-plan."""
 

@@ -112,7 +112,10 @@ def test_identity_regions_one_per_value(tmp_path: Path) -> None:
     assert lsm_rows(uri)[5] == ("z", 3.0)
 
 
-def test_kill_9_loses_nothing_acknowledged(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reopen_rows", [None, 50], ids=["same-limits", "smaller-memtable"])
+def test_kill_9_loses_nothing_acknowledged(tmp_path: Path, reopen_rows: int | None) -> None:
+    """The next writer replays the killed one's WAL, even when that WAL is over its own MemTable
+    limit (Lance refuses such a replay; MemWalWriter replays it once with larger limits)."""
     uri = make_table(tmp_path / "t", unsharded=True)
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "LANCE_LOG": "error"}
     process = subprocess.Popen(
@@ -132,7 +135,7 @@ def test_kill_9_loses_nothing_acknowledged(tmp_path: Path) -> None:
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
-    with MemWalWriter(uri) as writer:  # claims the region: replays the WAL of the killed writer
+    with MemWalWriter(uri, max_memtable_rows=reopen_rows) as writer:  # claims: replays the killed one's WAL
         writer.put({"id": [-1], "name": ["after"], "score": [0.0]})
     rows = lsm_rows(uri)
     lost = [k for r in range(acknowledged + 1) for k in range(r * 200, (r + 1) * 200) if k not in rows]

@@ -34,9 +34,11 @@ def probe_run_end(
     """The last number of the unbroken run of objects `path_of(n)` after `start` (`start` if none).
 
     Probes with HEAD requests, first one, then growing parallel batches.
-    Raises CorruptMetadataError when a batch shows a missing number followed
-    by an existing one: a gap hides the later objects from every reader,
-    Lance's included.
+    Raises CorruptMetadataError when a number is missing while a later one
+    exists and stays missing when asked again: a gap hides the later objects
+    from every reader, Lance's included. (Parallel HEADs can see a live
+    writer's N+1 but not its N, written a moment apart; a second look tells
+    that race from a real gap.)
     """
     if not store.exists(path_of(start + 1)):
         return start
@@ -54,11 +56,13 @@ def probe_run_end(
         # The probe has already gone past a stale hint, so one more HEAD
         # is cheap insurance that the run really ends here.
         after = found[first_missing + 1 :] or [store.exists(path_of(missing + 1))]
-        if any(after):
+        if not any(after):
+            return missing - 1
+        if not store.exists(path_of(missing)):
             raise CorruptMetadataError(
                 f"{what} {missing} is missing but later ones exist ({store.describe(where)})"
             )
-        return missing - 1
+        latest = missing
 
 
 class RegionManifestStore:

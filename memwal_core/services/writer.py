@@ -15,6 +15,7 @@ deletes are idempotent by key, so retrying the whole call is safe.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from memwal_core.errors import BadInputError, FencedError, MemwalError, StorageError
+from memwal_core.errors import BadInputError, FencedError, MemwalError, StorageError, UncertainWriteError
 from memwal_core.model.region_directory import RegionDirectory
 from memwal_core.model.routing import RegionSpec, partition_by_code, region_spec_of
 from memwal_core.model.rows import conform, iter_tables, key_rows
@@ -37,6 +38,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("memwal.writer")
 
 LANCE_MEMTABLE_ROWS = 100_000
+# Lance 14 can leave a WAL generation fuller than the writer's own MemTable limit (a PUT whose
+# response was lost, then retried); replay then refuses the region with this message, forever.
+OVERFULL_REPLAY = "past what the memtable replaying it can hold"
+# The limits of the one-off claim that replays such a WAL: large enough for any WAL generation.
+RECOVERY_LIMITS = {"max_memtable_rows": 10_000_000, "max_memtable_batches": 1_000_000}
 
 
 @dataclass(frozen=True)
@@ -56,8 +62,13 @@ class WriterOptions:
 
 
 def _native_error(region: str, exc: Exception) -> MemwalError:
-    """A Lance writer error as ours: fencing, bad rows, or storage trouble."""
+    """A Lance writer error as ours: fencing, bad rows, a write of unknown outcome, or storage trouble."""
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "failed PUT" in first:
+        return UncertainWriteError(
+            f"region {region}: a WAL write's response was lost, so it may or may not have been applied; "
+            "the next call re-opens the region"
+        )
     if "fenced" in first.lower():
         return FencedError(f"region {region}: this writer was fenced: another writer claimed the region")
     if "Invalid user input" in first:
@@ -127,13 +138,35 @@ class MemWalWriter:
             raise FencedError(f"region {region}: this writer was fenced: another writer claimed the region")
         writer = self._writers.get(region)
         if writer is None:
-            try:
-                writer = self._dataset.mem_wal_writer(region, **self.options.native())
-            except (OSError, RuntimeError, ValueError) as exc:
-                raise _native_error(region, exc) from None
+            writer = self._open(region)
             self._writers[region] = writer
             self._counters.setdefault(region, _RegionCounters())
         return writer
+
+    def _open(self, region: str) -> ShardWriter:
+        """Claim the region; a WAL generation our limits cannot replay is replayed once with larger ones."""
+        try:
+            return self._dataset.mem_wal_writer(region, **self.options.native())
+        except (OSError, RuntimeError, ValueError) as exc:
+            if OVERFULL_REPLAY not in str(exc):
+                raise _native_error(region, exc) from None
+        log.warning(
+            "region %s: its WAL holds a generation over our MemTable limits; replaying it once", region
+        )
+        try:
+            self._dataset.mem_wal_writer(region, **{**self.options.native(), **RECOVERY_LIMITS}).close()
+            return self._dataset.mem_wal_writer(region, **self.options.native())
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise _native_error(region, exc) from None
+
+    def _discard(self, region: str, error: MemwalError) -> None:
+        """Forget a region's native writer after a failed write; a fenced one is never re-claimed."""
+        writer = self._writers.pop(region, None)
+        if isinstance(error, FencedError):
+            self._fenced.add(region)
+        elif writer is not None and not isinstance(error, BadInputError):
+            with contextlib.suppress(OSError, RuntimeError, ValueError):
+                writer.close()
 
     def _write(self, kind: str, parts: dict[str, pa.Table]) -> None:
         """Each region's part through its writer (regions in parallel); the first error is raised."""
@@ -147,9 +180,8 @@ class MemWalWriter:
                     write(rows.slice(start, self.chunk_rows))
             except (OSError, RuntimeError, ValueError) as exc:
                 error = _native_error(region, exc)
-                if isinstance(error, FencedError):
-                    self._fenced.add(region)
-                    self._writers.pop(region, None)
+                if not isinstance(error, BadInputError):
+                    self._discard(region, error)
                 raise error from None
             counters = self._counters[region]
             counters.calls += 1
