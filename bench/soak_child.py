@@ -59,8 +59,8 @@ class NativeWriter:
     """Lance's own ShardWriter for one region; it has no flush, so flush closes (which flushes) and re-claims."""
 
     def __init__(self, uri: str, options: dict[str, str], region: str, memtable_rows: int) -> None:
-        self._open = lambda: _native(uri, options, region, memtable_rows)
-        self._writer: Any = self._open()
+        self._args = (uri, options, region, memtable_rows)
+        self._writer: Any = _native(*self._args)
 
     def put(self, rows: pa.Table) -> None:
         self._writer.put(rows)
@@ -70,7 +70,7 @@ class NativeWriter:
 
     def flush(self) -> None:
         self._writer.close()
-        self._writer = self._open()
+        self._writer = _native(*self._args)
 
     def close(self) -> None:
         self._writer.close()
