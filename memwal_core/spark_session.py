@@ -1,6 +1,6 @@
 """The SparkSession memwal's Spark engines use.
 
-The master is configuration: `local[*]` by default, MEMWAL_SPARK_MASTER or an
+The master is configuration: `local[*,2]` by default, MEMWAL_SPARK_MASTER or an
 explicit URL (a standalone `spark://host:port`) to scale out. Executors run
 this interpreter, so they import the same pylance.
 """
@@ -12,10 +12,13 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from memwal_core.errors import MemwalError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-DEFAULT_MASTER = "local[*]"
+# Local mode retries a failed task once (local[N,F]); plain local[*] would not retry at all.
+DEFAULT_MASTER = "local[*,2]"
 LOOPBACK = "127.0.0.1"
 
 
@@ -54,3 +57,23 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     for key, value in spark_conf(master, conf).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def executor_error(exc: Exception) -> str:
+    """The most telling line of a Spark failure: the executor's own exception message."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    ours = [line for line in lines if "memwal_core.errors." in line or "Error: region " in line]
+    return (ours or lines or [type(exc).__name__])[-1][:300]
+
+
+def executor_memwal_error(exc: Exception) -> MemwalError | None:
+    """The memwal error an executor raised, rebuilt on the driver (so bad input still exits 2)."""
+    from memwal_core import errors
+
+    for line in reversed(str(exc).splitlines()):
+        name, sep, message = line.strip().partition(": ")
+        if sep and name.startswith("memwal_core.errors."):
+            cls = getattr(errors, name.rsplit(".", 1)[-1], None)
+            if isinstance(cls, type) and issubclass(cls, MemwalError):
+                return cls(message)
+    return None

@@ -16,10 +16,10 @@ os.environ.setdefault("LANCE_LOG", "error")
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """The one local SparkSession (local[2], loopback only, no UI)."""
+    """The one local SparkSession (local[2,2]: two cores, a failed task retried once; loopback only, no UI)."""
     from memwal_core.spark_session import spark_session
 
-    session = spark_session("local[2]", {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"})
+    session = spark_session("local[2,2]", {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"})
     yield session
     session.stop()
 

@@ -28,6 +28,7 @@ from memwal_core.services.compact import (
 )
 from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS, GcPolicy
 from memwal_core.services.gc.service import gc
+from memwal_core.services.ingest.service import ingest
 from memwal_core.services.initialize import RegionSpecChoice, initialize
 from memwal_core.services.merge.engine import make_engine
 from memwal_core.services.merge.service import merge
@@ -35,6 +36,7 @@ from memwal_core.services.retain import parse_duration, retain
 from memwal_core.services.snapshot.plan import DEFAULT_INLINE_THRESHOLD
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
+from memwal_core.services.writer import WriterOptions
 from memwal_core.storage.options import StorageOptions
 from memwal_core.table import MemWalTable
 
@@ -127,8 +129,25 @@ def _cmd_retain(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 def _engine_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--engine", choices=["local", "spark"], default="local", help=what)
     parser.add_argument(
-        "--spark-master", metavar="URL", help="Spark master (default: MEMWAL_SPARK_MASTER or local[*])"
+        "--spark-master", metavar="URL", help="Spark master (default: MEMWAL_SPARK_MASTER or local[*,2])"
     )
+
+
+def _cmd_ingest(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    options = WriterOptions(
+        durable_write=not args.no_durable,
+        max_memtable_rows=args.max_memtable_rows,
+        max_wal_flush_interval_ms=args.wal_flush_interval_ms,
+    )
+    result = ingest(
+        MemWalTable.open(table.uri, table.storage_options),
+        args.source,
+        fmt=args.format,
+        engine=args.engine,
+        spark_master=args.spark_master,
+        writer_options=options,
+    )
+    return result.to_json(), result.to_text(), 0
 
 
 def _cmd_gc(args: argparse.Namespace, table: MemWalTable) -> Outcome:
@@ -246,6 +265,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.set_defaults(run=_cmd_compact)
+
+    p = sub.add_parser(
+        "ingest", parents=[common], help="load files into the table's regions through the writer"
+    )
+    p.add_argument(
+        "source", nargs="+", metavar="SOURCE", help="a file, a directory or a glob (local or s3://)"
+    )
+    p.add_argument("--format", choices=["parquet", "csv", "json"], help="default: from the file extension")
+    _engine_arguments(p, "where sources are read and regions written")
+    p.add_argument(
+        "--no-durable", action="store_true", help="acknowledge writes before their WAL entry is stored"
+    )
+    p.add_argument(
+        "--max-memtable-rows", type=int, metavar="N", help="rows per MemTable (and per write call)"
+    )
+    p.add_argument("--wal-flush-interval-ms", type=int, metavar="MS", help="Lance's WAL flush interval")
+    p.set_defaults(run=_cmd_ingest)
 
     p = sub.add_parser("retain", parents=[common], help="remove old base-table versions (never tagged ones)")
     p.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 90m, 12h, 7d")

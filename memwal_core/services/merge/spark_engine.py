@@ -33,7 +33,7 @@ import pyarrow as pa
 from memwal_core.errors import MemwalError, NotFoundError
 from memwal_core.services.merge.collapse import Collapsed, collapse_tables, conform, read_generation
 from memwal_core.services.merge.plan import RegionMergePlan
-from memwal_core.spark_session import spark_session
+from memwal_core.spark_session import executor_error, spark_session
 from memwal_core.storage.object_store import ObjectStore, open_store
 from memwal_core.storage.options import StorageOptions
 
@@ -176,7 +176,7 @@ class SparkEngine:
         try:
             results = parts.toArrow().to_pylist()
         except Exception as exc:  # a Py4J/PySpark error wrapping the executor's traceback
-            raise SparkMergeError(f"{what}: Spark job failed: {_executor_error(exc)}") from exc
+            raise SparkMergeError(f"{what}: Spark job failed: {executor_error(exc)}") from exc
         staged = StagedOutput(plan.table_uri, dict(storage_options), base_schema, what, results)
         try:
             deleted_keys = staged.deleted_keys(primary_key)
@@ -240,10 +240,3 @@ def _check_generations_exist(plan: RegionMergePlan, store: ObjectStore) -> None:
             raise NotFoundError(
                 f"region {plan.region}: flushed generation {source.generation} at {source.uri} is missing"
             )
-
-
-def _executor_error(exc: Exception) -> str:
-    """The most telling line of a Spark failure: the executor's own exception message."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    ours = [line for line in lines if "memwal_core.errors." in line or "Error: region " in line]
-    return (ours or lines or [type(exc).__name__])[-1][:300]

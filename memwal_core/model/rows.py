@@ -1,0 +1,88 @@
+"""Turning caller data into rows that fit a table, or refusing it with the column named.
+
+Lance's writer rejects a batch that does not match the table schema exactly,
+but only when it reaches the WAL and with a message about "batch 0"; we check
+everything first so nothing of a bad call is written and the error names the
+column at fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from memwal_core.errors import SchemaError
+
+
+def iter_tables(data: Any) -> Iterator[pa.Table]:
+    """Arrow-like input as tables: Table, RecordBatch, RecordBatchReader, pandas, dict or list of dicts."""
+    if isinstance(data, pa.Table):
+        yield data
+    elif isinstance(data, pa.RecordBatch):
+        yield pa.Table.from_batches([data])
+    elif isinstance(data, pa.RecordBatchReader):
+        for batch in data:
+            yield pa.Table.from_batches([batch])
+    elif isinstance(data, Mapping):
+        yield pa.table(dict(data))
+    elif isinstance(data, list) and all(isinstance(row, Mapping) for row in data):
+        yield pa.Table.from_pylist(data)
+    else:
+        try:  # pandas and polars DataFrames, anything exporting the Arrow C stream
+            table = pa.table(data)
+        except (TypeError, ValueError, pa.ArrowInvalid) as exc:
+            raise SchemaError(
+                f"cannot write {type(data).__name__}: pass an Arrow table, batch, reader, DataFrame or dict"
+            ) from exc
+        yield table
+
+
+def _cast(column: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
+    if column.type == field.type:
+        return column
+    try:
+        return column.cast(field.type, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        detail = str(exc).splitlines()[0]
+        raise SchemaError(
+            f"column {field.name}: cannot cast {column.type} to {field.type} ({detail})"
+        ) from None
+
+
+def conform(
+    rows: pa.Table, schema: pa.Schema, *, required: Sequence[str] | None = None, what: str = "rows"
+) -> pa.Table:
+    """`rows` cast to `schema` (column order and types), or SchemaError naming the first bad column.
+
+    With `required`, only those columns must be present and only they are
+    kept (deletes need just the key); otherwise every schema column must be.
+    Non-nullable columns, the primary key among them, must hold no nulls.
+    """
+    names = list(required) if required is not None else schema.names
+    extra = [n for n in rows.column_names if n not in schema.names]
+    if extra and required is None:
+        raise SchemaError(f"{what}: column {extra[0]} is not in the table schema")
+    for name in names:
+        if name not in rows.column_names:
+            raise SchemaError(f"{what}: column {name} is missing")
+    fields = [schema.field(n) for n in names]
+    columns = []
+    for field in fields:
+        column = _cast(rows.column(field.name), field)
+        if not field.nullable and column.null_count:
+            raise SchemaError(
+                f"{what}: column {field.name} has {column.null_count} null value(s) and may hold none"
+            )
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=schema.metadata))
+
+
+def key_rows(keys: Any, key_columns: Sequence[str]) -> Iterable[pa.Table]:
+    """Delete keys as tables: Arrow-like input, or a plain list of values for a one-column key."""
+    if isinstance(keys, (list, tuple)) and keys and not isinstance(keys[0], Mapping):
+        if len(key_columns) != 1:
+            raise SchemaError(f"keys for a composite primary key {list(key_columns)} need one column each")
+        return [pa.table({key_columns[0]: pa.array(list(keys))})]
+    return iter_tables(keys)

@@ -1,0 +1,1 @@
+"""Ingestion: files into a MemWAL table through the writer, locally or on Spark."""

@@ -1,0 +1,168 @@
+"""Ingestion sources: files (Parquet, CSV, JSON lines) named by paths or globs, local or on S3.
+
+Both ingestion engines read a file the same way, with pyarrow: CSV and JSON
+are parsed with the table's column types (so a value that does not fit fails
+the read, instead of being inferred as something else), Parquet is read as
+stored and cast. Spark executors read files themselves because no Hadoop S3
+connector can be installed here; that also keeps Arrow types exact.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from memwal_core.errors import BadInputError, NotFoundError, SchemaError, StorageError
+from memwal_core.model.rows import conform
+from memwal_core.storage.options import StorageOptions
+
+FORMATS = ("parquet", "csv", "json")
+_EXTENSIONS = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".json": "json",
+    ".jsonl": "json",
+    ".ndjson": "json",
+}
+BATCH_ROWS = 65_536
+
+
+def _s3fs(options: Mapping[str, str]) -> Any:
+    """An s3fs filesystem from Lance-style storage options (credentials stay in the options)."""
+    import s3fs
+
+    opts = StorageOptions(options)
+    kwargs: dict[str, Any] = {}
+    key = opts.first("aws_access_key_id", "access_key_id", env=["AWS_ACCESS_KEY_ID"])
+    secret = opts.first("aws_secret_access_key", "secret_access_key", env=["AWS_SECRET_ACCESS_KEY"])
+    if key and secret:
+        kwargs.update(key=key, secret=secret)
+    endpoint = opts.first("aws_endpoint", "endpoint", "aws_endpoint_url", env=["AWS_ENDPOINT_URL"])
+    if endpoint:
+        kwargs["endpoint_url"] = endpoint
+    region = opts.first("aws_region", "region", env=["AWS_REGION", "AWS_DEFAULT_REGION"])
+    if region:
+        kwargs["client_kwargs"] = {"region_name": region}
+    return s3fs.S3FileSystem(**kwargs)
+
+
+@dataclass(frozen=True)
+class SourceFiles:
+    """The files of one ingestion, resolved and checked before anything is written; picklable."""
+
+    files: tuple[str, ...]
+    formats: tuple[str, ...]
+    storage_options: tuple[tuple[str, str], ...] = ()
+
+    def format_of(self, path: str) -> str:
+        return self.formats[self.files.index(path)]
+
+    def open(self, path: str) -> Any:
+        """A binary file object for `path`."""
+        if path.startswith("s3://"):
+            try:
+                return _s3fs(dict(self.storage_options)).open(path[len("s3://") :], "rb")
+            except OSError as exc:
+                raise StorageError(f"cannot read source {path}: {str(exc).splitlines()[0][:200]}") from None
+        return open(path, "rb")
+
+    def read(self, path: str, schema: pa.Schema) -> Iterator[pa.Table]:
+        """The rows of one file conformed to `schema`, in batches; SchemaError names the file and column."""
+        try:
+            with self.open(path) as handle:
+                yield from (
+                    conform(t, schema, what=f"source {path}")
+                    for t in _read(handle, self.format_of(path), schema)
+                )
+        except SchemaError:
+            raise
+        except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeDecodeError) as exc:
+            raise SchemaError(f"source {path}: {str(exc).splitlines()[0][:300]}") from None
+
+
+def _read(handle: Any, fmt: str, schema: pa.Schema) -> Iterator[pa.Table]:
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        for batch in pq.ParquetFile(handle).iter_batches(batch_size=BATCH_ROWS):
+            yield pa.Table.from_batches([batch])
+    elif fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        types = {f.name: f.type for f in schema}
+        reader = pcsv.open_csv(
+            handle,
+            read_options=pcsv.ReadOptions(block_size=8 << 20),
+            convert_options=pcsv.ConvertOptions(column_types=types, strings_can_be_null=True),
+        )
+        for batch in reader:
+            yield pa.Table.from_batches([batch])
+    else:
+        import pyarrow.json as pjson
+
+        explicit = pa.schema([pa.field(f.name, f.type) for f in schema])
+        yield pjson.read_json(handle, parse_options=pjson.ParseOptions(explicit_schema=explicit))
+
+
+def infer_format(path: str) -> str:
+    """The format a file's extension names."""
+    found = _EXTENSIONS.get(os.path.splitext(path)[1].lower())
+    if found is None:
+        raise BadInputError(
+            f"cannot tell the format of source {path} from its name: pass --format parquet|csv|json"
+        )
+    return found
+
+
+def resolve_sources(
+    paths: Sequence[str], fmt: str | None = None, storage_options: Mapping[str, str] | None = None
+) -> SourceFiles:
+    """Expand globs and directories into files; NotFoundError for a path that matches nothing."""
+    if not paths:
+        raise BadInputError("no source given")
+    if fmt is not None and fmt not in FORMATS:
+        raise BadInputError(f"unknown source format {fmt!r} (use parquet, csv or json)")
+    options = dict(storage_options or {})
+    files: list[str] = []
+    for path in paths:
+        matched = _expand_s3(path, options) if path.startswith("s3://") else _expand_local(path)
+        if not matched:
+            raise NotFoundError(f"source {path} does not exist")
+        files.extend(matched)
+    unique = tuple(dict.fromkeys(files))
+    formats = tuple(fmt or infer_format(f) for f in unique)
+    return SourceFiles(unique, formats, tuple(sorted(options.items())))
+
+
+def _expand_local(path: str) -> list[str]:
+    # Absolute: Spark executors may run in another working directory.
+    path = os.path.abspath(os.path.expanduser(path.removeprefix("file://")))
+    if os.path.isdir(path):
+        return sorted(
+            os.path.join(root, name)
+            for root, _dirs, names in os.walk(path)
+            for name in names
+            if not name.startswith((".", "_"))
+        )
+    return sorted(glob.glob(path)) if glob.has_magic(path) else ([path] if os.path.isfile(path) else [])
+
+
+def _expand_s3(path: str, options: Mapping[str, str]) -> list[str]:
+    fs = _s3fs(options)
+    bare = path[len("s3://") :]
+    try:
+        if glob.has_magic(bare):
+            found = fs.glob(bare)
+        elif fs.isdir(bare):
+            found = [p for p in fs.find(bare) if not os.path.basename(p).startswith((".", "_"))]
+        else:
+            found = [bare] if fs.exists(bare) else []
+    except OSError as exc:
+        raise StorageError(f"cannot list source {path}: {str(exc).splitlines()[0][:200]}") from None
+    return sorted(f"s3://{p}" for p in found)

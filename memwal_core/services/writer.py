@@ -1,0 +1,259 @@
+"""`MemWalWriter`: rows in, routed to their regions, written by Lance's native writer.
+
+One native `ShardWriter` per region, opened on first use and reused. Rows are
+checked against the table schema before anything is written, routed with
+Lance's own rule (`model/routing.py`), and each region's part goes to its
+writer in chunks no larger than the MemTable row limit (Lance refuses a write
+bigger than that). Parts for different regions are written in parallel: a
+durable put waits for the next WAL flush, so serial regions would add up.
+
+A put or delete that returns is acknowledged: with durable writes (the
+default) its WAL entry is stored, and a later writer of the region replays it.
+A call that raises may have written some regions and not others; puts and
+deletes are idempotent by key, so retrying the whole call is safe.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from memwal_core.errors import BadInputError, FencedError, MemwalError, StorageError
+from memwal_core.model.region_directory import RegionDirectory
+from memwal_core.model.routing import RegionSpec, partition_by_code, region_spec_of
+from memwal_core.model.rows import conform, iter_tables, key_rows
+from memwal_core.storage.options import StorageOptions
+from memwal_core.table import MemWalTable
+
+if TYPE_CHECKING:
+    from lance.mem_wal import ShardWriter
+
+log = logging.getLogger("memwal.writer")
+
+LANCE_MEMTABLE_ROWS = 100_000
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    """Lance's native writer settings, passed through as given (None: the table's default)."""
+
+    durable_write: bool | None = True
+    max_wal_buffer_size: int | None = None
+    max_wal_flush_interval_ms: int | None = None
+    max_memtable_size: int | None = None
+    max_memtable_rows: int | None = None
+    max_memtable_batches: int | None = None
+    max_unflushed_memtable_bytes: int | None = None
+
+    def native(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def _native_error(region: str, exc: Exception) -> MemwalError:
+    """A Lance writer error as ours: fencing, bad rows, or storage trouble."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "fenced" in first.lower():
+        return FencedError(f"region {region}: this writer was fenced: another writer claimed the region")
+    if "Invalid user input" in first:
+        return BadInputError(f"region {region}: Lance refused the rows: {first[:300]}")
+    return StorageError(f"region {region}: write failed: {first[:300]}")
+
+
+@dataclass
+class _RegionCounters:
+    rows_put: int = 0
+    rows_deleted: int = 0
+    calls: int = 0
+
+
+class MemWalWriter:
+    """Streams puts and deletes into a MemWAL table's regions; use it as a context manager."""
+
+    def __init__(
+        self,
+        uri: str,
+        storage_options: StorageOptions | Mapping[str, str] | None = None,
+        *,
+        options: WriterOptions | None = None,
+        region: str | None = None,
+        **native: Any,
+    ) -> None:
+        """Open the table; `region` pins every row to one region (required for manually-regioned tables).
+
+        Extra keyword arguments are `WriterOptions` fields (`durable_write=False`, ...).
+        """
+        self.table = MemWalTable.open(uri, storage_options)
+        self.options = options or WriterOptions(**native)
+        self._dataset = self.table.latest
+        self.schema: pa.Schema = self.table.schema
+        self.primary_key = self.table.primary_key
+        self.spec: RegionSpec | None = region_spec_of(self._dataset)
+        if region is None and self.spec is None:
+            raise BadInputError(f"table {self.table.uri} has manually managed regions: pass region=")
+        self._pinned = region
+        self._directory = RegionDirectory(self.table, self.spec) if self.spec is not None else None
+        defaults = (self._dataset.mem_wal_index_details() or {}).get("writer_config_defaults") or {}
+        self.chunk_rows = int(
+            self.options.max_memtable_rows or defaults.get("max_memtable_rows") or LANCE_MEMTABLE_ROWS
+        )
+        self._writers: dict[str, ShardWriter] = {}
+        self._fenced: set[str] = set()
+        self._counters: dict[str, _RegionCounters] = {}
+        self._closed_stats: dict[str, dict[str, Any]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+
+    # -- routing ----------------------------------------------------------
+
+    def _split(self, rows: pa.Table) -> dict[str, pa.Table]:
+        """Rows per region id, each in input order."""
+        if self._pinned is not None or self.spec is None or self._directory is None:
+            return {str(self._pinned): rows}
+        codes, keys = self.spec.route(rows)
+        parts = partition_by_code(rows, codes, len(keys))
+        return {
+            self._directory.region_for(key): part
+            for key, part in zip(keys, parts, strict=True)
+            if part is not None
+        }
+
+    def _writer(self, region: str) -> ShardWriter:
+        if region in self._fenced:
+            raise FencedError(f"region {region}: this writer was fenced: another writer claimed the region")
+        writer = self._writers.get(region)
+        if writer is None:
+            try:
+                writer = self._dataset.mem_wal_writer(region, **self.options.native())
+            except (OSError, RuntimeError, ValueError) as exc:
+                raise _native_error(region, exc) from None
+            self._writers[region] = writer
+            self._counters.setdefault(region, _RegionCounters())
+        return writer
+
+    def _write(self, kind: str, parts: dict[str, pa.Table]) -> None:
+        """Each region's part through its writer (regions in parallel); the first error is raised."""
+        writers = {region: self._writer(region) for region in parts}
+
+        def run(region: str) -> None:
+            write: Callable[[pa.Table], None] = getattr(writers[region], kind)
+            rows = parts[region]
+            try:
+                for start in range(0, rows.num_rows, self.chunk_rows):
+                    write(rows.slice(start, self.chunk_rows))
+            except (OSError, RuntimeError, ValueError) as exc:
+                error = _native_error(region, exc)
+                if isinstance(error, FencedError):
+                    self._fenced.add(region)
+                    self._writers.pop(region, None)
+                raise error from None
+            counters = self._counters[region]
+            counters.calls += 1
+            if kind == "put":
+                counters.rows_put += rows.num_rows
+            else:
+                counters.rows_deleted += rows.num_rows
+
+        if len(parts) == 1:
+            run(next(iter(parts)))
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="memwal-writer")
+        futures = [self._pool.submit(run, region) for region in parts]
+        errors = [f.exception() for f in futures]
+        for error in errors:
+            if error is not None:
+                raise error
+
+    # -- API --------------------------------------------------------------
+
+    def put(self, data: Any) -> int:
+        """Upsert rows (anything Arrow-like); returns the rows written once acknowledged."""
+        written = 0
+        for table in iter_tables(data):
+            rows = conform(table, self.schema, what="put")
+            if rows.num_rows:
+                self._write("put", self._split(rows))
+                written += rows.num_rows
+        return written
+
+    def delete(self, keys: Any) -> int:
+        """Delete rows by primary key (Arrow-like key columns, or a list of values for a one-column key)."""
+        needed = list(
+            dict.fromkeys(
+                [*self.primary_key, *([self.spec.column] if self.spec and self.spec.column else [])]
+            )
+        )
+        deleted = 0
+        for table in key_rows(keys, self.primary_key):
+            rows = conform(table, self.schema, required=needed, what="delete")
+            if rows.num_rows:
+                self._write("delete", self._split(rows))
+                deleted += rows.num_rows
+        return deleted
+
+    def flush(self) -> None:
+        """Seal every open region's MemTable as a flushed generation.
+
+        Lance 14's writer flushes only when its MemTable fills or on close, so
+        this closes the native writers; the next write re-opens (re-claims) them.
+        """
+        self._close_writers()
+
+    def _close_writers(self) -> None:
+        errors: list[MemwalError] = []
+        for region, writer in list(self._writers.items()):
+            self._closed_stats[region] = self._merged_native_stats(region, writer)
+            try:
+                writer.close()
+            except (OSError, RuntimeError, ValueError) as exc:
+                errors.append(_native_error(region, exc))
+            del self._writers[region]
+        if errors:
+            raise errors[0]
+
+    def _merged_native_stats(self, region: str, writer: ShardWriter | None) -> dict[str, Any]:
+        totals = dict(self._closed_stats.get(region, {}))
+        if writer is not None:
+            for key, value in writer.stats().items():
+                totals[key] = totals.get(key, 0) + value if isinstance(value, (int, float)) else value
+        return totals
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Per region: rows put and deleted, calls, and Lance's own writer statistics summed over claims."""
+        return {
+            region: {**asdict(counters), **self._merged_native_stats(region, self._writers.get(region))}
+            for region, counters in sorted(self._counters.items())
+        }
+
+    @property
+    def regions(self) -> list[str]:
+        """Regions this writer has written to."""
+        return sorted(self._counters)
+
+    def close(self) -> None:
+        """Flush and close every region's writer."""
+        try:
+            self._close_writers()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+
+    def __enter__(self) -> MemWalWriter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:  # already failing: report that error, not a second one from closing
+            self.close()
+        except MemwalError as close_error:
+            log.warning("closing the writer after an error also failed: %s", close_error)

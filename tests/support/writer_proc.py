@@ -1,0 +1,26 @@
+"""A writer process for crash tests: durable puts in a loop, printing each acknowledged round."""
+
+from __future__ import annotations
+
+import sys
+
+import pyarrow as pa
+
+from memwal_core.services.writer import MemWalWriter
+
+
+def main() -> None:
+    uri, rows_per_round = sys.argv[1], int(sys.argv[2])
+    writer = MemWalWriter(uri, durable_write=True, max_wal_flush_interval_ms=10)
+    round_ = 0
+    while True:
+        keys = list(range(round_ * rows_per_round, (round_ + 1) * rows_per_round))
+        writer.put(
+            pa.table({"id": keys, "name": [f"r{round_}"] * len(keys), "score": [float(round_)] * len(keys)})
+        )
+        print(round_, flush=True)  # acknowledged: the put returned
+        round_ += 1
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""MemWalWriter: routed writes read back through Lance's LSM reader, crashes, fencing and bad rows."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pytest
+
+from memwal_core.errors import FencedError, SchemaError
+from memwal_core.model.region_directory import region_id_for
+from memwal_core.model.routing import region_spec_of
+from memwal_core.services.reader import lsm_scanner, plan_read
+from memwal_core.services.writer import MemWalWriter
+from memwal_core.table import MemWalTable
+from tests.support.tables import tree_digest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+        pa.field("name", pa.string()),
+        pa.field("score", pa.float64()),
+    ]
+)
+
+
+def make_table(path: Path, **mode: Any) -> str:
+    """A MemWAL table with three base rows, regions by `mode` (default: 4 buckets on id)."""
+    uri = str(path)
+    base = pa.table({"id": [0, 1, 2], "name": ["a", "b", "c"], "score": [0.0, 1.0, 2.0]}, schema=SCHEMA)
+    lance.write_dataset(base, uri).initialize_mem_wal(**(mode or {"bucket_column": "id", "num_buckets": 4}))
+    return uri
+
+
+def lsm_rows(uri: str) -> dict[int, tuple[str, float]]:
+    """The table as Lance's LSM scanner reads it: base plus flushed generations."""
+    table = MemWalTable.open(uri)
+    rows = lsm_scanner(table, plan_read(table)).to_table().to_pylist()
+    return {r["id"]: (r["name"], r["score"]) for r in rows}
+
+
+def test_routed_writes_read_back_equal_the_model(tmp_path: Path) -> None:
+    uri = make_table(tmp_path / "t")
+    model = {0: ("a", 0.0), 1: ("b", 1.0), 2: ("c", 2.0)}
+    with MemWalWriter(uri, max_memtable_rows=700) as writer:
+        for round_ in range(3):
+            keys = list(range(round_ * 500, round_ * 500 + 1500))  # overlaps: updates and inserts
+            writer.put(
+                {"id": keys, "name": [f"r{round_}-{k}" for k in keys], "score": [float(k) for k in keys]}
+            )
+            model.update({k: (f"r{round_}-{k}", float(k)) for k in keys})
+            doomed = keys[::7]
+            writer.delete(doomed)
+            for k in doomed:
+                model.pop(k, None)
+        writer.put(
+            pa.table({"id": pa.array([7], pa.int32()), "name": ["cast"], "score": [1]})
+        )  # cast on the way
+        model[7] = ("cast", 1.0)
+        stats = writer.stats()
+    assert lsm_rows(uri) == model
+    assert len(stats) == 4 and all(s["rows_put"] > 0 and s["put_count"] > 0 for s in stats.values())
+
+    table = MemWalTable.open(uri)
+    spec = region_spec_of(table.latest)
+    assert spec is not None
+    for region, manifest in table.read_regions().items():
+        assert manifest is not None and manifest.spec_id == spec.spec_id
+        assert manifest.generation_numbers, f"region {region} flushed nothing"
+        keys = pa.concat_tables(
+            lance.dataset(f"{uri}/_mem_wal/{region}/{g.path}").to_table(columns=["id"])
+            for g in manifest.generations
+        )
+        codes, values = spec.route(keys)
+        assert {values[c] for c in codes.tolist()} == {manifest.field_values}, (
+            f"region {region} holds foreign keys"
+        )
+
+
+def test_a_created_region_is_claimed_by_lance_with_its_value_kept(tmp_path: Path) -> None:
+    """Lance's own writer claims a region we created and keeps its spec id and value."""
+    uri = make_table(tmp_path / "t")
+    with MemWalWriter(uri) as writer:
+        writer.put({"id": [10], "name": ["x"], "score": [1.0]})
+        (region,) = writer.regions
+    table = MemWalTable.open(uri)
+    first = table.region_store(region).read(1)
+    assert (first.writer_epoch, first.field_values) == (0, ((("bucket", first.field_values[0][1]),)))
+    assert region == region_id_for(first.spec_id, first.field_values)
+    with lance.dataset(uri).mem_wal_writer(region) as native:
+        native.put(pa.table({"id": [11], "name": ["y"], "score": [2.0]}, schema=SCHEMA))
+    latest = table.region_store(region).read_latest()
+    assert latest.writer_epoch == 2
+    assert (latest.spec_id, latest.field_values) == (first.spec_id, first.field_values)
+    assert len(latest.generations) == 2
+
+
+def test_identity_regions_one_per_value(tmp_path: Path) -> None:
+    uri = make_table(tmp_path / "t", identity_column="id")
+    with MemWalWriter(uri) as writer:
+        writer.put({"id": [5, 6, 5], "name": ["x", "y", "z"], "score": [1.0, 2.0, 3.0]})
+    table = MemWalTable.open(uri)
+    values = sorted(m.field_values for m in table.read_regions().values() if m is not None)
+    assert values == [(("bucket", (5).to_bytes(8, "little")),), (("bucket", (6).to_bytes(8, "little")),)]
+    assert lsm_rows(uri)[5] == ("z", 3.0)
+
+
+def test_kill_9_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    uri = make_table(tmp_path / "t", unsharded=True)
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "LANCE_LOG": "error"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.writer_proc", uri, "200"],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+        start_new_session=True,
+    )
+    acknowledged = -1
+    try:
+        assert process.stdout is not None
+        while acknowledged < 15:
+            line = process.stdout.readline()
+            assert line, "the writer process died early"
+            acknowledged = int(line)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    with MemWalWriter(uri) as writer:  # claims the region: replays the WAL of the killed writer
+        writer.put({"id": [-1], "name": ["after"], "score": [0.0]})
+    rows = lsm_rows(uri)
+    lost = [k for r in range(acknowledged + 1) for k in range(r * 200, (r + 1) * 200) if k not in rows]
+    assert not lost, f"{len(lost)} acknowledged keys lost, first {lost[0]}"
+    assert rows[-1] == ("after", 0.0)
+
+
+def test_a_fenced_writer_gets_a_clear_error_and_keeps_what_it_acknowledged(tmp_path: Path) -> None:
+    uri = make_table(tmp_path / "t", unsharded=True)
+    old = MemWalWriter(uri)
+    old.put({"id": [100, 101], "name": ["old", "old"], "score": [1.0, 1.0]})
+    with MemWalWriter(uri) as new:
+        new.put({"id": [200], "name": ["new"], "score": [2.0]})
+        with pytest.raises(FencedError, match=r"region [0-9a-f-]+: this writer was fenced"):
+            old.put({"id": [102], "name": ["lost"], "score": [3.0]})
+        with pytest.raises(FencedError):  # and stays fenced: it never re-claims by itself
+            old.put({"id": [103], "name": ["lost"], "score": [3.0]})
+    old.close()
+    rows = lsm_rows(uri)
+    assert rows[100] == ("old", 1.0) and rows[200] == ("new", 2.0) and 102 not in rows and 103 not in rows
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"id": [1, None], "name": ["a", "b"], "score": [1.0, 2.0]}, "column id has 1 null"),
+        ({"name": ["a"], "score": [1.0]}, "column id is missing"),
+        ({"id": ["one"], "name": ["a"], "score": [1.0]}, "column id: cannot cast string to int64"),
+        ({"id": [1], "name": ["a"], "score": ["high"]}, "column score: cannot cast string to double"),
+        ({"id": [1], "name": ["a"], "score": [1.0], "extra": [1]}, "column extra is not in the table schema"),
+    ],
+    ids=["null-key", "missing-key", "key-type", "value-type", "extra-column"],
+)
+def test_bad_rows_are_refused_before_anything_is_written(tmp_path: Path, data: Any, message: str) -> None:
+    uri = make_table(tmp_path / "t")
+    before = tree_digest(tmp_path / "t")
+    with MemWalWriter(uri) as writer, pytest.raises(SchemaError, match=message):
+        writer.put(data)
+    assert tree_digest(tmp_path / "t") == before
