@@ -43,7 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.soak_child import OPTIONS_ENV, SCHEMA, open_writer  # noqa: E402
+from bench.soak_child import OPTIONS_ENV, SCHEMA, reclaim  # noqa: E402
 from bench.soak_model import Mismatch, WriterLog, base_rows, compare, parse_log  # noqa: E402
 from bench.soak_proxy import FaultProxy, FaultRates  # noqa: E402
 from memwal_core.errors import MemWalNotEnabledError, NotFoundError  # noqa: E402
@@ -543,7 +543,7 @@ class Soak:
                 # It could not close (or claim): a fresh claim replays its WAL and flushes it.
                 region = target.regions[int(child.name.split("-")[1])]
                 try:
-                    open_writer(target.uri, target.audit_options, region, self.config.memtable_rows).close()
+                    reclaim(target.uri, target.audit_options, region, self.config.memtable_rows)
                     self.note(f"{target.name}/{child.name} did not close by itself; re-claimed to flush")
                 except Exception as exc:
                     self.violations.append(

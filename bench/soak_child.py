@@ -46,46 +46,34 @@ def storage_options() -> dict[str, str]:
 class Writer(Protocol):
     """What the soak needs of a MemWAL writer."""
 
-    def put(self, rows: pa.Table) -> None: ...
+    def put(self, data: Any) -> int: ...
 
-    def delete(self, keys: pa.Table) -> None: ...
+    def delete(self, keys: Any) -> int: ...
 
     def flush(self) -> None: ...
 
     def close(self) -> None: ...
 
 
-class NativeWriter:
-    """Lance's own ShardWriter for one region; it has no flush, so flush closes (which flushes) and re-claims."""
+def open_writer(uri: str, options: dict[str, str], region: str, memtable_rows: int) -> Writer:
+    """The one place the soak opens a writer: `MemWalWriter` pinned to the process's region.
 
-    def __init__(self, uri: str, options: dict[str, str], region: str, memtable_rows: int) -> None:
-        self._args = (uri, options, region, memtable_rows)
-        self._writer: Any = _native(*self._args)
+    Its first write claims the region (fencing any older writer) and replays
+    the WAL that a killed predecessor left.
+    """
+    from memwal_core.services.writer import MemWalWriter
 
-    def put(self, rows: pa.Table) -> None:
-        self._writer.put(rows)
-
-    def delete(self, keys: pa.Table) -> None:
-        self._writer.delete(keys)
-
-    def flush(self) -> None:
-        self._writer.close()
-        self._writer = _native(*self._args)
-
-    def close(self) -> None:
-        self._writer.close()
+    return MemWalWriter(
+        uri, options or None, region=region, durable_write=True, max_memtable_rows=memtable_rows
+    )
 
 
-def _native(uri: str, options: dict[str, str], region: str, memtable_rows: int) -> Any:
+def reclaim(uri: str, options: dict[str, str], region: str, memtable_rows: int) -> None:
+    """Claim a region and close at once: the claim replays its WAL and the close flushes it."""
     import lance
 
     dataset = lance.dataset(uri, storage_options=options or None)
-    return dataset.mem_wal_writer(region, durable_write=True, max_memtable_rows=memtable_rows)
-
-
-def open_writer(uri: str, options: dict[str, str], region: str, memtable_rows: int) -> Writer:
-    """The one place the soak opens a writer: a new claim of `region` (fencing any older writer)."""
-    return NativeWriter(uri, options, region, memtable_rows)
+    dataset.mem_wal_writer(region, durable_write=True, max_memtable_rows=memtable_rows).close()
 
 
 class OpLog:
