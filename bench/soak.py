@@ -402,6 +402,7 @@ class Soak:
         self.violations: list[Violation] = []
         self.notes: list[str] = []
         self.drain: dict[str, Counter[str]] = {}
+        self.lost: dict[str, int] = {}  # keys whose final row breaks the model, per table
 
     def note(self, text: str) -> None:
         """Keep a note once (a repeated failure would flood the summary)."""
@@ -553,7 +554,7 @@ class Soak:
                             None,
                             region,
                             None,
-                            f"{str(exc)[:400]}; WAL tail: {json.dumps(wal_evidence(target.table, region))}",
+                            f"{str(exc)[:400]}; evidence: {json.dumps(wal_evidence(target.table, region, str(exc)))}",
                         )
                     )
             for child in target.services():
@@ -573,7 +574,9 @@ class Soak:
             self.violations.append(
                 Violation(target.name, "duplicate_keys", version, None, None, f"{rows.num_rows} rows")
             )
-        self.violations += target.mismatch_violations(compare(target.logs(), actual), version, "base_differs")
+        lost = compare(target.logs(), actual)
+        self.lost[target.name] = len(lost)
+        self.violations += target.mismatch_violations(lost, version, "base_differs")
         merged = table.index_details(version).merged
         for region, manifest in table.read_regions().items():
             if manifest is None:
@@ -611,9 +614,7 @@ class Soak:
                 "writes_acknowledged": sum(w.acked_ops for w in logs),
                 "rows_acknowledged": sum(w.acked_rows for w in logs),
                 "writes_unacknowledged": sum(w.failed_ops for w in logs),
-                "writes_lost": sum(
-                    1 for v in self.violations if v.target == target.name and v.kind == "base_differs"
-                ),
+                "writes_lost": self.lost.get(target.name, 0),
                 "kills_writers": sum(c.kills for c in target.writers()),
                 "kills_services": sum(c.kills for c in target.services()),
                 "crashes": sum(c.crashes for c in target.children),
@@ -726,13 +727,18 @@ def wal_positions(table: MemWalTable, region: str) -> dict[int, str]:
     return {parse_bitrev64(f.path.rsplit("/", 1)[-1].split(".")[0]): f.path for f in files}
 
 
-def wal_evidence(table: MemWalTable, region: str, last: int = 8) -> list[dict[str, Any]]:
-    """The newest WAL entries of a region: position, epoch, generation, sentinel flag and rows."""
+def wal_evidence(table: MemWalTable, region: str, error: str) -> dict[str, Any]:
+    """A region's manifest state and the WAL entries around the position an error names (else the newest)."""
+    import re
+
     import pyarrow as pa
 
     names = wal_positions(table, region)
-    out = []
-    for position in sorted(names)[-last:]:
+    named = re.search(r"position (\d+)", error)
+    around = int(named.group(1)) if named else max(names, default=0)
+    manifest = table.region_store(region).read_latest()
+    out: list[dict[str, Any]] = []
+    for position in [p for p in sorted(names) if around - 12 <= p <= around + 3]:
         entry: dict[str, Any] = {"position": position}
         try:
             rows = pa.ipc.open_stream(table.store.read(names[position])).read_all()
@@ -741,7 +747,14 @@ def wal_evidence(table: MemWalTable, region: str, last: int = 8) -> list[dict[st
         except Exception as exc:
             entry["error"] = str(exc)[:100]
         out.append(entry)
-    return out
+    return {
+        "manifest_version": manifest.version,
+        "writer_epoch": manifest.writer_epoch,
+        "replay_after_wal_entry_position": manifest.replay_after_wal_entry_position,
+        "current_generation": manifest.current_generation,
+        "wal_positions": [min(names, default=0), max(names, default=0)],
+        "entries": out,
+    }
 
 
 def format_summary(summary: dict[str, Any]) -> str:

@@ -168,9 +168,15 @@ def _close_quietly(writer: Writer) -> None:
 def _pause(
     writer: Writer, args: argparse.Namespace, options: dict[str, str], control: Path, last_seq: int
 ) -> Writer | None:
-    """Flush the MemTable into a generation, report the last operation, and wait for the pause to end."""
+    """Flush every acknowledged write into a generation, report the last operation, wait for the pause to end.
+
+    `flush` covers only what this writer object holds; a write acknowledged by
+    a killed or failed predecessor is still only in the WAL until a claim
+    replays it, so a fresh claim (replay, then close) follows the flush.
+    """
     try:
         writer.flush()
+        reclaim(args.uri, options, args.region, args.memtable_rows)
     except Exception as exc:
         print(f"writer {args.writer}: flush failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
         _close_quietly(writer)
