@@ -69,7 +69,7 @@ class SoakConfig:
     kill_every_seconds: float = 5.0
     quiesce_every_seconds: float = 60.0
     grace_seconds: float = 3.0
-    retain_seconds: float = 20.0
+    retain_seconds: float = 60.0
     service_interval: float = 1.0
     writer_interval: float = 0.0
     rates: FaultRates = field(default_factory=FaultRates)
@@ -498,6 +498,8 @@ class Soak:
             if all((target.control / f"paused-{i}").exists() for i in range(self.config.writers)):
                 return True
             self._restart_due(target.writers(), time.monotonic())
+            for audited in self.targets:  # retention must not remove versions unseen while we wait
+                self._audit(audited)
             time.sleep(0.1)
         return False
 
@@ -741,7 +743,12 @@ def wal_positions(table: MemWalTable, region: str) -> dict[int, str]:
     from memwal_core.format.naming import parse_bitrev64
 
     files = table.store.list_files(f"{MEM_WAL_DIR}/{region}/{REGION_WAL_DIR}")
-    return {parse_bitrev64(f.path.rsplit("/", 1)[-1].split(".")[0]): f.path for f in files}
+    # A writer killed mid-put on local disk leaves `{name}.arrow.tmp.{uuid}`: not an entry.
+    return {
+        parse_bitrev64(f.path.rsplit("/", 1)[-1].removesuffix(".arrow")): f.path
+        for f in files
+        if f.path.endswith(".arrow")
+    }
 
 
 def wal_evidence(table: MemWalTable, region: str, error: str) -> dict[str, Any]:
@@ -755,7 +762,8 @@ def wal_evidence(table: MemWalTable, region: str, error: str) -> dict[str, Any]:
     around = int(named.group(1)) if named else max(names, default=0)
     manifest = table.region_store(region).read_latest()
     out: list[dict[str, Any]] = []
-    for position in [p for p in sorted(names) if around - 12 <= p <= around + 3]:
+    start = max(manifest.replay_after_wal_entry_position + 1, around - 60)
+    for position in [p for p in sorted(names) if start <= p <= around + 2]:
         entry: dict[str, Any] = {"position": position}
         try:
             rows = pa.ipc.open_stream(table.store.read(names[position])).read_all()
@@ -770,6 +778,14 @@ def wal_evidence(table: MemWalTable, region: str, error: str) -> dict[str, Any]:
         "replay_after_wal_entry_position": manifest.replay_after_wal_entry_position,
         "current_generation": manifest.current_generation,
         "wal_positions": [min(names, default=0), max(names, default=0)],
+        # Unflushed rows per generation and epoch: more than the MemTable holds is what replay refuses.
+        "rows_by_generation_and_epoch": dict(
+            Counter(
+                f"g{e.get('generation')}@e{e.get('writer_epoch')}"
+                for e in out
+                for _ in range(e.get("rows", 0))
+            )
+        ),
         "entries": out,
     }
 
