@@ -597,6 +597,10 @@ class Soak:
         self.lost[target.name] = len(lost)
         self.violations += target.mismatch_violations(lost, version, "base_differs")
         merged = table.index_details(version).merged
+        from memwal_core.services.gc.service import gc
+
+        report = gc(table, dry_run=True, policy=final_gc_policy()).to_json()
+        kept = {(k["region"], k["path"]): k["reason"] for k in report["kept"]}
         for region, manifest in table.read_regions().items():
             if manifest is None:
                 continue
@@ -613,7 +617,7 @@ class Soak:
                     )
                 )
             self.violations += leftovers(
-                target.name, table, version, region, manifest.replay_after_wal_entry_position
+                target.name, table, version, region, manifest.replay_after_wal_entry_position, kept
             )
 
     # -- the summary -------------------------------------------------------------------------------
@@ -671,7 +675,6 @@ class Soak:
 def drain(table: MemWalTable) -> Counter[str]:
     """Merge until nothing is pending, catch indexes up, snapshot, drop old versions, GC with no grace."""
     from memwal_core.services.catchup import catchup
-    from memwal_core.services.gc.rules import GcPolicy
     from memwal_core.services.gc.service import gc
     from memwal_core.services.merge.service import merge
     from memwal_core.services.reader import plan_read
@@ -689,12 +692,7 @@ def drain(table: MemWalTable) -> Counter[str]:
     catchup(table)
     build_snapshot(table)
     retain(table, older_than=timedelta(0), keep_versions=1, force=True)
-    policy = GcPolicy(
-        grace_seconds=0,
-        wal_min_age_seconds=0,
-        wal_tail=FINAL_WAL_TAIL,
-        keep_manifest_versions=FINAL_KEEP_MANIFESTS,
-    )
+    policy = final_gc_policy()
     # A run that prunes writes one more manifest version; the next run trims it.
     for _run in range(3):
         report = gc(table, dry_run=False, policy=policy).to_json()
@@ -706,16 +704,41 @@ def drain(table: MemWalTable) -> Counter[str]:
     return counts
 
 
+def final_gc_policy() -> Any:
+    """GC after the drain: no grace, no minimum WAL age; tail and manifest counts as checked below."""
+    from memwal_core.services.gc.rules import GcPolicy
+
+    return GcPolicy(
+        grace_seconds=0,
+        wal_min_age_seconds=0,
+        wal_tail=FINAL_WAL_TAIL,
+        keep_manifest_versions=FINAL_KEEP_MANIFESTS,
+    )
+
+
 def leftovers(
-    target: str, table: MemWalTable, version: int, region: str, covered_through: int
+    target: str,
+    table: MemWalTable,
+    version: int,
+    region: str,
+    covered_through: int,
+    kept: dict[tuple[str, str], str],
 ) -> list[Violation]:
-    """What GC must not leave: generation directories, surplus manifest versions, covered WAL past the tail."""
+    """What GC must not leave: generation directories, surplus manifest versions, covered WAL past the tail.
+
+    `kept`: the reason a dry GC run gives for keeping a directory, as evidence.
+    """
     out = []
     region_dir = f"{MEM_WAL_DIR}/{region}"
     for name in table.store.list_dirs(region_dir):
         generation = generation_from_dir_name(name)
         if generation is not None:
-            out.append(Violation(target, "generation_left_after_gc", version, region, generation, name))
+            files = [
+                f.path.split(name, 1)[-1]
+                for f in table.store.list_files(f"{region_dir}/{name}", recursive=True)
+            ]
+            detail = f"{name}: gc says {kept.get((region, name), 'nothing')}; {len(files)} files {files[:6]}"
+            out.append(Violation(target, "generation_left_after_gc", version, region, generation, detail))
     manifests = len(table.region_store(region).stored_versions())
     if manifests > FINAL_KEEP_MANIFESTS:
         out.append(
