@@ -1,0 +1,901 @@
+"""Soak and fault-injection suite: writers, every service and failures at once, with nothing acknowledged lost.
+
+Two tables, one on SeaweedFS (started here on 127.0.0.1, reached through the
+suite's own fault-injecting proxy) and one on local disk. Per table: several
+writer processes, each owning one region and a key range, stream random
+upserts, deletes and re-inserts with durable writes and log what was
+acknowledged; merge, catch-up, snapshot and GC (with retention and a short
+grace period) run in loops in their own processes. Writers and services are
+killed with SIGKILL at random moments and restarted. An auditor samples every
+table version (merge progress never goes down), checks that no pending
+generation's directory is missing, and at quiescent points (writers paused
+and flushed) compares the MemWAL-aware read with the model of acknowledged
+writes. At the end faults stop, writers close, the services drain, and the
+base table must equal the model with nothing pending and GC having left only
+the newest manifests, the WAL tail and sentinels.
+
+Usage:
+    python bench/soak.py --short              # CI: about two minutes
+    python bench/soak.py --minutes 10         # long mode
+Exit status 0: no loss, no invariant break; 1: the summary lists the evidence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.soak_child import OPTIONS_ENV, SCHEMA, reclaim  # noqa: E402
+from bench.soak_model import Mismatch, WriterLog, base_rows, compare, parse_log  # noqa: E402
+from bench.soak_proxy import FaultProxy, FaultRates  # noqa: E402
+from memwal_core.errors import MemWalNotEnabledError, NotFoundError  # noqa: E402
+from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, generation_from_dir_name  # noqa: E402
+from memwal_core.table import MemWalTable  # noqa: E402
+
+KEY_STRIDE = 1_000_000
+SERVICES = ("merge", "catchup", "snapshot", "gc")
+# After the drain, GC with this policy must leave at most this many manifest versions and covered WAL entries.
+FINAL_KEEP_MANIFESTS = 10
+FINAL_WAL_TAIL = 16
+RECOVERY_MEMTABLE_ROWS = 100_000
+
+
+@dataclass(frozen=True)
+class SoakConfig:
+    """How long, how many writers, and how often things fail."""
+
+    minutes: float
+    writers: int = 3
+    keys_per_writer: int = 300
+    memtable_rows: int = 40
+    kill_every_seconds: float = 5.0
+    quiesce_every_seconds: float = 60.0
+    grace_seconds: float = 3.0
+    retain_seconds: float = 60.0
+    service_interval: float = 1.0
+    writer_interval: float = 0.0
+    rates: FaultRates = field(default_factory=FaultRates)
+    seed: int = 1
+    targets: tuple[str, ...] = ("s3", "local")
+
+
+SHORT = SoakConfig(minutes=1.2, writers=2, quiesce_every_seconds=35.0, kill_every_seconds=4.0)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One loss or invariant break, with where to look."""
+
+    target: str
+    kind: str
+    table_version: int | None
+    region: str | None
+    generation: int | None
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+class Child:
+    """One child process (writer or service loop), restartable; killed and stopped by its PID only."""
+
+    def __init__(self, target: str, name: str, argv: list[str], env: dict[str, str], out_dir: Path) -> None:
+        self.target = target
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.stdout_path = out_dir / f"{name}.out"
+        self.stderr_path = out_dir / f"{name}.err"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.kills = 0
+        self.crashes = 0
+        self.restart_at: float | None = None
+
+    @property
+    def is_writer(self) -> bool:
+        return self.name.startswith("writer")
+
+    def start(self) -> None:
+        with self.stdout_path.open("ab") as out, self.stderr_path.open("ab") as err:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "bench.soak_child", *self.argv],
+                cwd=ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        self.restart_at = None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill9(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self.kills += 1
+
+    def stop(self, timeout: float) -> bool:
+        """Wait up to `timeout` for a clean exit, then SIGKILL; True if it exited by itself."""
+        if self.process is None:
+            return True
+        try:
+            self.process.wait(timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+            return False
+
+    def terminate(self) -> None:
+        if self.alive():
+            assert self.process is not None
+            os.kill(self.process.pid, signal.SIGTERM)
+        self.stop(10)
+
+    def stderr_tail(self, lines: int = 5) -> str:
+        text = self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class AuditStats:
+    versions_audited: int = 0
+    versions_unsampled: int = 0
+    max_merge_lag: int = 0
+    quiescent_checks: int = 0
+    inconclusive_reads: int = 0
+
+
+class Auditor:
+    """Samples every table version and every region's pending generations, directly (not via the proxy)."""
+
+    def __init__(self, target: str, table: MemWalTable, grace_seconds: float) -> None:
+        self.target = target
+        self.table = table
+        self.grace = grace_seconds
+        self.last_version = 0
+        self.best: dict[str, tuple[int, int]] = {}  # region -> (highest progress seen, at version)
+        self.stats = AuditStats()
+        self.violations: list[Violation] = []
+
+    def poll(self) -> None:
+        """Audit every version committed since the last poll, then the pending generations."""
+        latest = int(self.table.dataset().version)
+        for version in range(self.last_version + 1, latest + 1):
+            try:
+                merged = self.table.index_details(version).merged
+            except NotFoundError:  # retention removed it before we looked
+                self.stats.versions_unsampled += 1
+                continue
+            except MemWalNotEnabledError:  # written before MemWAL was enabled
+                continue
+            self.stats.versions_audited += 1
+            for region, (generation, seen_at) in self.best.items():
+                if merged.get(region, 0) < generation:
+                    self.violations.append(
+                        Violation(
+                            self.target,
+                            "merge_progress_decreased",
+                            version,
+                            region,
+                            merged.get(region, 0),
+                            f"progress {generation} at version {seen_at}, {merged.get(region, 0)} at {version}",
+                        )
+                    )
+            for region, generation in merged.items():
+                if generation > self.best.get(region, (0, 0))[0]:
+                    self.best[region] = (generation, version)
+        self.last_version = max(self.last_version, latest)
+        self._check_pending(latest)
+
+    def _check_pending(self, version: int) -> None:
+        """Every generation listed and not merged at `version` must still have its directory.
+
+        GC deletes a directory only a grace period after a manifest stopped
+        listing it, so a listing read less than `grace` ago proves the directory
+        must exist; a slower check is skipped, not failed.
+        """
+        merged = dict(self.table.index_details(version).merged)
+        for region, manifest in self.table.read_regions().items():
+            if manifest is None:
+                continue
+            read_at = time.monotonic()
+            pending = [g for g in manifest.generations if g.generation > merged.get(region, 0)]
+            self.stats.max_merge_lag = max(self.stats.max_merge_lag, len(pending))
+            if not pending:
+                continue
+            present = set(self.table.store.list_dirs(f"{MEM_WAL_DIR}/{region}"))
+            if time.monotonic() - read_at >= self.grace:
+                self.stats.inconclusive_reads += 1
+                continue
+            self.violations += [
+                Violation(
+                    self.target,
+                    "pending_generation_missing",
+                    version,
+                    region,
+                    g.generation,
+                    f"listed in region manifest v{manifest.version} as {g.path}, merged through "
+                    f"{merged.get(region, 0)}, directory missing",
+                )
+                for g in pending
+                if g.path not in present
+            ]
+
+
+class Target:
+    """One table under test with its writers, service loops and auditor."""
+
+    def __init__(
+        self,
+        name: str,
+        uri: str,
+        client_options: dict[str, str],
+        audit_options: dict[str, str],
+        config: SoakConfig,
+        workdir: Path,
+    ) -> None:
+        self.name = name
+        self.uri = uri
+        self.config = config
+        self.dir = workdir / name
+        self.control = self.dir / "control"
+        self.control.mkdir(parents=True)
+        self.audit_options = audit_options
+        self.regions = [
+            str(uuid.UUID(int=random.Random(config.seed * 31 + i).getrandbits(128), version=4))
+            for i in range(config.writers)
+        ]
+        self.table = MemWalTable(uri, audit_options)
+        self.auditor = Auditor(name, self.table, config.grace_seconds)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
+        env.update({OPTIONS_ENV: json.dumps(client_options), "LANCE_LOG": "error", "PYTHONPATH": str(ROOT)})
+        self.children = [self._writer(i, env) for i in range(config.writers)]
+        self.children += [
+            Child(
+                name,
+                f"svc-{service}",
+                [
+                    "service",
+                    service,
+                    f"--uri={uri}",
+                    f"--interval={config.service_interval}",
+                    f"--grace-seconds={config.grace_seconds}",
+                    f"--retain-seconds={config.retain_seconds}",
+                ],
+                env,
+                self.dir,
+            )
+            for service in SERVICES
+        ]
+
+    def key_start(self, writer: int) -> int:
+        return (writer + 1) * KEY_STRIDE
+
+    def _writer(self, i: int, env: dict[str, str]) -> Child:
+        argv = [
+            "writer",
+            f"--uri={self.uri}",
+            f"--region={self.regions[i]}",
+            f"--writer={i}",
+            f"--key-start={self.key_start(i)}",
+            f"--key-count={self.config.keys_per_writer}",
+            f"--log={self.dir / f'writer-{i}.log'}",
+            f"--control={self.control}",
+            f"--seed={self.config.seed * 100 + i}",
+            f"--memtable-rows={self.config.memtable_rows}",
+            f"--interval={self.config.writer_interval}",
+        ]
+        return Child(self.name, f"writer-{i}", argv, env, self.dir)
+
+    def create_table(self) -> None:
+        """The base table (half of every writer's keys), a key index the MemWAL maintains, and MemWAL."""
+        import lance
+        import pyarrow as pa
+
+        rows: list[dict[str, Any]] = []
+        for i in range(self.config.writers):
+            base = base_rows(self.key_start(i), self.config.keys_per_writer)
+            rows += [{"id": k, "w": i, "v": v} for k, v in base.items()]
+        options = self.audit_options or None
+        lance.write_dataset(pa.Table.from_pylist(rows, schema=SCHEMA), self.uri, storage_options=options)
+        lance.dataset(self.uri, storage_options=options).create_scalar_index("id", "BTREE", name="id_idx")
+        lance.dataset(self.uri, storage_options=options).initialize_mem_wal()
+
+    def logs(self) -> list[WriterLog]:
+        return [
+            parse_log(
+                self.dir / f"writer-{i}.log",
+                i,
+                base_rows(self.key_start(i), self.config.keys_per_writer),
+                range(self.key_start(i), self.key_start(i) + self.config.keys_per_writer),
+            )
+            for i in range(self.config.writers)
+        ]
+
+    def region_of_key(self, key: int) -> str | None:
+        writer = key // KEY_STRIDE - 1
+        return self.regions[writer] if 0 <= writer < len(self.regions) else None
+
+    def writers(self) -> list[Child]:
+        return [c for c in self.children if c.is_writer]
+
+    def services(self) -> list[Child]:
+        return [c for c in self.children if not c.is_writer]
+
+    def service_records(self, name: str) -> list[dict[str, Any]]:
+        path = self.dir / f"svc-{name}.out"
+        records = []
+        for line in path.read_text().splitlines() if path.exists() else []:
+            with contextlib.suppress(json.JSONDecodeError):
+                records.append(json.loads(line))
+        return records
+
+    def mismatch_violations(self, mismatches: list[Mismatch], version: int, what: str) -> list[Violation]:
+        """Evidence for each mismatching key: the table version, its region and that region's state."""
+        details = self.table.index_details(version)
+        manifests = self.table.read_regions()
+        out = []
+        for m in mismatches[:20]:
+            region = self.region_of_key(m.key)
+            manifest = manifests.get(region) if region else None
+            listed = manifest.generation_numbers if manifest else []
+            merged = details.merged_generation(region) if region else 0
+            out.append(
+                Violation(
+                    self.name,
+                    what,
+                    version,
+                    region,
+                    merged,
+                    json.dumps({**m.to_json(), "merged_generation": merged, "listed_generations": listed}),
+                )
+            )
+        if len(mismatches) > 20:
+            out.append(Violation(self.name, what, version, None, None, f"{len(mismatches) - 20} more keys"))
+        return out
+
+
+def lsm_rows(table: MemWalTable) -> tuple[int, dict[int, str]]:
+    """The MemWAL-aware read of the latest version: key -> value."""
+    from memwal_core.services.reader import lsm_scanner, plan_read
+
+    plan = plan_read(table)
+    rows = lsm_scanner(table, plan).project(["id", "v"]).to_table()
+    return plan.table_version, dict(
+        zip(rows.column("id").to_pylist(), rows.column("v").to_pylist(), strict=True)
+    )
+
+
+class Soak:
+    """Runs the targets, the kills and the audits; collects the summary."""
+
+    def __init__(self, config: SoakConfig, workdir: Path) -> None:
+        self.config = config
+        self.workdir = workdir
+        self.rng = random.Random(config.seed)
+        self.server: Any = None
+        self.proxy: FaultProxy | None = None
+        self.targets: list[Target] = []
+        self.violations: list[Violation] = []
+        self.notes: list[str] = []
+        self.drain: dict[str, Counter[str]] = {}
+        self.lost: dict[str, int] = {}  # keys whose final row breaks the model, per table
+
+    def note(self, text: str) -> None:
+        """Keep a note once (a repeated failure would flood the summary)."""
+        if text not in self.notes:
+            self.notes.append(text)
+
+    # -- set-up and tear-down -------------------------------------------------------------------
+
+    def setup(self) -> None:
+        if "s3" in self.config.targets:
+            from tests.support.seaweed import SeaweedServer
+
+            self.server = SeaweedServer(base_dir=self.workdir)
+            self.server.create_bucket("soak")
+            direct = self.server.storage_options()
+            self.proxy = FaultProxy(self.server.ports["s3.port"], self.config.rates, seed=self.config.seed)
+            self.proxy.start()
+            proxied = {**direct, "aws_endpoint": self.proxy.endpoint}
+            self.targets.append(Target("s3", "s3://soak/table", proxied, direct, self.config, self.workdir))
+        if "local" in self.config.targets:
+            uri = str(self.workdir / "local-table")
+            self.targets.append(Target("local", uri, {}, {}, self.config, self.workdir))
+        for target in self.targets:
+            target.create_table()
+
+    def teardown(self) -> None:
+        for target in self.targets:
+            for child in target.children:
+                child.terminate()
+            target.table.close()
+        if self.proxy is not None:
+            self.proxy.stop()
+        if self.server is not None:
+            self.server.stop()
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        children = [c for t in self.targets for c in t.children]
+        for child in children:
+            child.start()
+        started = time.monotonic()
+        deadline = started + self.config.minutes * 60
+        next_kill = started + self.rng.expovariate(1 / self.config.kill_every_seconds)
+        next_quiesce = started + self.config.quiesce_every_seconds
+        while (now := time.monotonic()) < deadline:
+            self._restart_due(children, now)
+            if now >= next_kill:
+                self._kill_one(children, now)
+                next_kill = now + self.rng.expovariate(1 / self.config.kill_every_seconds)
+            if now >= next_quiesce:
+                for target in self.targets:
+                    self.quiescent_check(target)
+                next_quiesce = time.monotonic() + self.config.quiesce_every_seconds
+            for target in self.targets:
+                self._audit(target)
+            time.sleep(0.2)
+        self.finish(children)
+
+    def _audit(self, target: Target) -> None:
+        try:
+            target.auditor.poll()
+        except Exception as exc:  # the audit reads directly, but a version can vanish mid-read
+            self.note(f"{target.name}: audit poll failed: {type(exc).__name__}: {str(exc)[:200]}")
+
+    def _restart_due(self, children: list[Child], now: float) -> None:
+        for child in children:
+            if child.alive():
+                continue
+            if child.restart_at is None:  # exited without being killed: a crash
+                child.crashes += 1
+                self.note(f"{child.target}/{child.name} exited by itself: {child.stderr_tail(3)}")
+                child.restart_at = now
+            if now >= child.restart_at:
+                child.start()
+
+    def _kill_one(self, children: list[Child], now: float) -> None:
+        alive = [c for c in children if c.alive()]
+        if alive:
+            victim = self.rng.choice(alive)
+            victim.kill9()
+            victim.restart_at = now + self.rng.uniform(0.1, 2.0)
+
+    def _pause_writers(self, target: Target, timeout: float = 45.0) -> bool:
+        """Make every writer of `target` flush and wait; False if one did not answer in time."""
+        for child in target.writers():
+            if not child.alive():
+                child.start()
+        (target.control / "pause").touch()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all((target.control / f"paused-{i}").exists() for i in range(self.config.writers)):
+                return True
+            self._restart_due(target.writers(), time.monotonic())
+            for audited in self.targets:  # retention must not remove versions unseen while we wait
+                self._audit(audited)
+            time.sleep(0.1)
+        return False
+
+    def quiescent_check(self, target: Target) -> None:
+        """With writers paused and flushed, the MemWAL-aware read must equal the acknowledged writes."""
+        try:
+            if not self._pause_writers(target):
+                self.note(f"{target.name}: writers did not pause in time; check skipped")
+                return
+            for attempt in range(3):
+                started = time.monotonic()
+                try:
+                    version, actual = lsm_rows(target.table)
+                except Exception as exc:
+                    # A generation merged and deleted under a read slower than the grace period.
+                    if time.monotonic() - started < self.config.grace_seconds and attempt == 2:
+                        raise
+                    target.auditor.stats.inconclusive_reads += 1
+                    self.note(f"{target.name}: LSM read retried: {str(exc)[:200]}")
+                    continue
+                mismatches = compare(target.logs(), actual)
+                target.auditor.stats.quiescent_checks += 1
+                self.violations += target.mismatch_violations(mismatches, version, "lsm_read_differs")
+                return
+        finally:
+            (target.control / "pause").unlink(missing_ok=True)
+
+    # -- the end -----------------------------------------------------------------------------------
+
+    def finish(self, children: list[Child]) -> None:
+        """Stop faults, close writers, stop services, drain in-process, then check the end state."""
+        if self.proxy is not None:
+            self.proxy.faults.clear()
+        now = time.monotonic()
+        for child in children:
+            if not child.alive():
+                child.restart_at = now
+        self._restart_due(children, now)
+        for target in self.targets:
+            (target.control / "stop").touch()
+        for target in self.targets:
+            for child in target.writers():
+                if child.stop(60) and child.process is not None and child.process.returncode == 0:
+                    continue
+                # It could not close (or claim): a fresh claim replays its WAL and flushes it.
+                region = target.regions[int(child.name.split("-")[1])]
+                try:
+                    reclaim(target.uri, target.audit_options, region, self.config.memtable_rows)
+                    self.note(f"{target.name}/{child.name} did not close by itself; re-claimed to flush")
+                except Exception as exc:
+                    self.violations.append(
+                        Violation(
+                            target.name,
+                            "region_unclaimable",
+                            None,
+                            region,
+                            None,
+                            f"{str(exc)[:400]}; evidence: {json.dumps(wal_evidence(target.table, region, str(exc)))}",
+                        )
+                    )
+                    self._recover(target, region)
+            for child in target.services():
+                child.terminate()
+        for target in self.targets:
+            self._audit(target)
+            self.drain[target.name] = drain(target.table)
+            self._audit(target)
+            self.final_checks(target)
+
+    def _recover(self, target: Target, region: str) -> None:
+        """Lance's suggested way out of an over-full WAL generation: claim with a larger MemTable.
+
+        Still a violation (the region's own writer could not claim it), but the
+        final comparison then shows whether the acknowledged writes survived in
+        the WAL or are gone.
+        """
+        try:
+            reclaim(target.uri, target.audit_options, region, RECOVERY_MEMTABLE_ROWS)
+            self.note(
+                f"{target.name}: region {region} claimed with max_memtable_rows={RECOVERY_MEMTABLE_ROWS}"
+            )
+        except Exception as exc:
+            self.note(f"{target.name}: region {region} not recoverable either: {str(exc)[:300]}")
+
+    def final_checks(self, target: Target) -> None:
+        table = target.table
+        version = int(table.dataset().version)
+        rows = table.dataset(version).to_table(columns=["id", "v"])
+        actual = dict(zip(rows.column("id").to_pylist(), rows.column("v").to_pylist(), strict=True))
+        if len(actual) != rows.num_rows:
+            self.violations.append(
+                Violation(target.name, "duplicate_keys", version, None, None, f"{rows.num_rows} rows")
+            )
+        lost = compare(target.logs(), actual)
+        self.lost[target.name] = len(lost)
+        self.violations += target.mismatch_violations(lost, version, "base_differs")
+        merged = table.index_details(version).merged
+        from memwal_core.services.gc.service import gc
+
+        report = gc(table, dry_run=True, policy=final_gc_policy()).to_json()
+        kept = {(k["region"], k["path"]): k["reason"] for k in report["kept"]}
+        for region, manifest in table.read_regions().items():
+            if manifest is None:
+                continue
+            left = [g.generation for g in manifest.generations]
+            if left or manifest.current_generation - 1 > merged.get(region, 0):
+                self.violations.append(
+                    Violation(
+                        target.name,
+                        "pending_after_drain",
+                        version,
+                        region,
+                        merged.get(region, 0),
+                        f"listed {left}, current generation {manifest.current_generation}",
+                    )
+                )
+            self.violations += leftovers(
+                target.name, table, version, region, manifest.replay_after_wal_entry_position, kept
+            )
+
+    # -- the summary -------------------------------------------------------------------------------
+
+    def summary(self, seconds: float) -> dict[str, Any]:
+        per_target = {}
+        for target in self.targets:
+            logs = target.logs()
+            merges = [r for r in target.service_records("merge") if r.get("ok")]
+            gcs = [r for r in target.service_records("gc") if r.get("ok")]
+            failed_runs = Counter(
+                name for name in SERVICES for r in target.service_records(name) if not r.get("ok")
+            )
+            drained = self.drain.get(target.name, Counter())
+            stats = target.auditor.stats
+            per_target[target.name] = {
+                "writes_acknowledged": sum(w.acked_ops for w in logs),
+                "rows_acknowledged": sum(w.acked_rows for w in logs),
+                "writes_unacknowledged": sum(w.failed_ops for w in logs),
+                "writes_lost": self.lost.get(target.name, 0),
+                "kills_writers": sum(c.kills for c in target.writers()),
+                "kills_services": sum(c.kills for c in target.services()),
+                "crashes": sum(c.crashes for c in target.children),
+                "merges": sum(r.get("commits", 0) for r in merges) + drained["commits"],
+                "generations_merged": sum(r.get("merged", 0) for r in merges) + drained["merged"],
+                "gc_deleted_generations": sum(r.get("deleted", 0) for r in gcs) + drained["deleted"],
+                "gc_deleted_wal_entries": sum(r.get("wal_deleted", 0) for r in gcs) + drained["wal_deleted"],
+                "gc_deleted_manifests": sum(r.get("manifests_deleted", 0) for r in gcs)
+                + drained["manifests_deleted"],
+                "failed_service_runs": dict(failed_runs),
+                "max_merge_lag_generations": stats.max_merge_lag,
+                "versions_audited": stats.versions_audited,
+                "versions_unsampled": stats.versions_unsampled,
+                "quiescent_checks": stats.quiescent_checks,
+                "inconclusive_reads": stats.inconclusive_reads,
+            }
+        totals = Counter[str]()
+        for numbers in per_target.values():
+            totals.update({k: v for k, v in numbers.items() if isinstance(v, int)})
+        totals["max_merge_lag_generations"] = max(
+            (n["max_merge_lag_generations"] for n in per_target.values()), default=0
+        )
+        return {
+            "seconds": round(seconds, 1),
+            "minutes_of_load": self.config.minutes,
+            "writers_per_table": self.config.writers,
+            "injected_faults": dict(self.proxy.counts) if self.proxy else {},
+            "totals": dict(totals),
+            "tables": per_target,
+            "violations": [v.to_json() for v in self.violations],
+            "notes": self.notes[-30:],
+        }
+
+
+def drain(table: MemWalTable) -> Counter[str]:
+    """Merge until nothing is pending, catch indexes up, snapshot, drop old versions, GC with no grace."""
+    from memwal_core.services.catchup import catchup
+    from memwal_core.services.gc.service import gc
+    from memwal_core.services.merge.service import merge
+    from memwal_core.services.reader import plan_read
+    from memwal_core.services.retain import retain
+    from memwal_core.services.snapshot.service import build_snapshot
+
+    counts: Counter[str] = Counter()
+    for _round in range(20):
+        result = merge(table)
+        counts["commits"] += len(result.regions)
+        counts["merged"] += sum(len(r.merged_generations) for r in result.regions)
+        if not any(r.generations for r in plan_read(table).regions) and not result.busy:
+            break
+        time.sleep(0.5)
+    catchup(table)
+    build_snapshot(table)
+    retain(table, older_than=timedelta(0), keep_versions=1, force=True)
+    policy = final_gc_policy()
+    # A run that prunes writes one more manifest version; the next run trims it.
+    for _run in range(3):
+        report = gc(table, dry_run=False, policy=policy).to_json()
+        counts["deleted"] += len(report["deleted"])
+        counts["wal_deleted"] += report["wal_entries"]["deleted"]
+        counts["manifests_deleted"] += report["manifest_versions_deleted"]
+        if not report["objects_deleted"] and not report["pruned"]:
+            break
+    return counts
+
+
+def final_gc_policy() -> Any:
+    """GC after the drain: no grace, no minimum WAL age; tail and manifest counts as checked below."""
+    from memwal_core.services.gc.rules import GcPolicy
+
+    return GcPolicy(
+        grace_seconds=0,
+        wal_min_age_seconds=0,
+        wal_tail=FINAL_WAL_TAIL,
+        keep_manifest_versions=FINAL_KEEP_MANIFESTS,
+    )
+
+
+def leftovers(
+    target: str,
+    table: MemWalTable,
+    version: int,
+    region: str,
+    covered_through: int,
+    kept: dict[tuple[str, str], str],
+) -> list[Violation]:
+    """What GC must not leave: generation directories, surplus manifest versions, covered WAL past the tail.
+
+    `kept`: the reason a dry GC run gives for keeping a directory, as evidence.
+    """
+    out = []
+    region_dir = f"{MEM_WAL_DIR}/{region}"
+    for name in table.store.list_dirs(region_dir):
+        generation = generation_from_dir_name(name)
+        if generation is not None:
+            files = [
+                f.path.split(name, 1)[-1]
+                for f in table.store.list_files(f"{region_dir}/{name}", recursive=True)
+            ]
+            detail = f"{name}: gc says {kept.get((region, name), 'nothing')}; {len(files)} files {files[:6]}"
+            out.append(Violation(target, "generation_left_after_gc", version, region, generation, detail))
+    manifests = len(table.region_store(region).stored_versions())
+    if manifests > FINAL_KEEP_MANIFESTS:
+        out.append(
+            Violation(target, "manifests_left_after_gc", version, region, None, f"{manifests} versions")
+        )
+    positions = list(wal_positions(table, region))
+    covered = [p for p in positions if p <= covered_through]
+    # The tail, plus the newest fence sentinel when it lies below the tail.
+    if len(covered) > FINAL_WAL_TAIL + 1:
+        out.append(
+            Violation(
+                target,
+                "wal_left_after_gc",
+                version,
+                region,
+                None,
+                f"{len(covered)} covered WAL entries (through {covered_through}) of {len(positions)}",
+            )
+        )
+    return out
+
+
+def wal_positions(table: MemWalTable, region: str) -> dict[int, str]:
+    """A region's WAL entries: position -> object path."""
+    from memwal_core.format.naming import parse_bitrev64
+
+    files = table.store.list_files(f"{MEM_WAL_DIR}/{region}/{REGION_WAL_DIR}")
+    # A writer killed mid-put on local disk leaves `{name}.arrow.tmp.{uuid}`: not an entry.
+    return {
+        parse_bitrev64(f.path.rsplit("/", 1)[-1].removesuffix(".arrow")): f.path
+        for f in files
+        if f.path.endswith(".arrow")
+    }
+
+
+def wal_evidence(table: MemWalTable, region: str, error: str) -> dict[str, Any]:
+    """A region's manifest state and the WAL entries around the position an error names (else the newest)."""
+    import re
+
+    import pyarrow as pa
+
+    names = wal_positions(table, region)
+    named = re.search(r"position (\d+)", error)
+    around = int(named.group(1)) if named else max(names, default=0)
+    manifest = table.region_store(region).read_latest()
+    out: list[dict[str, Any]] = []
+    start = max(manifest.replay_after_wal_entry_position + 1, around - 60)
+    for position in [p for p in sorted(names) if start <= p <= around + 2]:
+        entry: dict[str, Any] = {"position": position}
+        try:
+            rows = pa.ipc.open_stream(table.store.read(names[position])).read_all()
+            meta = {k.decode(): v.decode() for k, v in (rows.schema.metadata or {}).items()}
+            entry.update(meta, rows=rows.num_rows)
+        except Exception as exc:
+            entry["error"] = str(exc)[:100]
+        out.append(entry)
+    return {
+        "manifest_version": manifest.version,
+        "writer_epoch": manifest.writer_epoch,
+        "replay_after_wal_entry_position": manifest.replay_after_wal_entry_position,
+        "current_generation": manifest.current_generation,
+        "wal_positions": [min(names, default=0), max(names, default=0)],
+        # Unflushed rows per generation and epoch: more than the MemTable holds is what replay refuses.
+        "rows_by_generation_and_epoch": dict(
+            Counter(
+                f"g{e.get('generation')}@e{e.get('writer_epoch')}"
+                for e in out
+                for _ in range(e.get("rows", 0))
+            )
+        ),
+        "entries": out,
+    }
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    t = summary["totals"]
+    faults = summary["injected_faults"]
+    injected = sum(n for k, n in faults.items() if k != "connections")
+    lines = [
+        f"soak: {summary['minutes_of_load']} min of load, {summary['writers_per_table']} writers per table, "
+        f"{summary['seconds']} s in all",
+        f"  writes acknowledged {t.get('writes_acknowledged', 0)} ({t.get('rows_acknowledged', 0)} rows), "
+        f"writes lost {t.get('writes_lost', 0)}, unacknowledged (failed or killed) {t.get('writes_unacknowledged', 0)}",
+        f"  kills {t.get('kills_writers', 0) + t.get('kills_services', 0)} "
+        f"(writers {t.get('kills_writers', 0)}, services {t.get('kills_services', 0)}), "
+        f"injected network faults {injected} {dict(sorted(faults.items()))}",
+        f"  merges {t.get('merges', 0)} ({t.get('generations_merged', 0)} generations), GC deletions "
+        f"{t.get('gc_deleted_generations', 0)} generations, {t.get('gc_deleted_wal_entries', 0)} WAL entries, "
+        f"{t.get('gc_deleted_manifests', 0)} manifest versions",
+        f"  max merge lag {t.get('max_merge_lag_generations', 0)} generations; versions audited "
+        f"{t.get('versions_audited', 0)} (unsampled {t.get('versions_unsampled', 0)}), quiescent checks "
+        f"{t.get('quiescent_checks', 0)}, crashes {t.get('crashes', 0)}",
+    ]
+    for name, numbers in summary["tables"].items():
+        lines.append(
+            f"  [{name}] acked {numbers['writes_acknowledged']}, lost {numbers['writes_lost']}, "
+            f"kills {numbers['kills_writers']}+{numbers['kills_services']}, merges {numbers['merges']}, "
+            f"gc gens {numbers['gc_deleted_generations']}, lag {numbers['max_merge_lag_generations']}, "
+            f"failed runs {numbers['failed_service_runs']}"
+        )
+    violations = summary["violations"]
+    lines.append(f"  RESULT: {'FAIL' if violations else 'PASS'} ({len(violations)} violations)")
+    lines += [
+        f"    {v['target']} {v['kind']} table v{v['table_version']} region {v['region']} "
+        f"generation {v['generation']}: {v['detail']}"
+        for v in violations[:25]
+    ]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[SoakConfig, argparse.Namespace]:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--short", action="store_true", help="the CI mode: about 70 s of load")
+    mode.add_argument("--minutes", type=float, help="minutes of load (long mode)")
+    parser.add_argument("--writers", type=int, help="writer processes per table")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--skip-s3", action="store_true")
+    parser.add_argument("--skip-local", action="store_true")
+    parser.add_argument(
+        "--workdir", help="keep logs and tables here (default: a temp dir, removed on success)"
+    )
+    parser.add_argument("--json", help="also write the summary as JSON to this file")
+    args = parser.parse_args(argv)
+    config = SHORT if args.short else SoakConfig(minutes=args.minutes)
+    if args.writers:
+        config = replace(config, writers=args.writers)
+    if args.seed is not None:
+        config = replace(config, seed=args.seed)
+    targets = tuple(t for t in config.targets if not getattr(args, f"skip_{t}"))
+    return replace(config, targets=targets), args
+
+
+def main(argv: list[str] | None = None) -> int:
+    config, args = parse_args(argv)
+    os.environ.setdefault("LANCE_LOG", "error")
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="memwal-soak-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    soak = Soak(config, workdir)
+    try:
+        soak.setup()
+        soak.run()
+    finally:
+        soak.teardown()
+    summary = soak.summary(time.monotonic() - started)
+    print(format_summary(summary))
+    print(json.dumps(summary, default=str))
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2, default=str))
+    failed = bool(summary["violations"])
+    if failed or args.workdir:
+        print(f"logs and tables kept in {workdir}", file=sys.stderr)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

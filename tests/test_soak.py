@@ -1,0 +1,47 @@
+"""The soak suite's short mode: writers, every service, kills and network faults, nothing acknowledged lost.
+
+Runs `bench/soak.py --short` as a subprocess (it starts its own SeaweedFS and
+proxy on 127.0.0.1 and stops them by PID); its exit status is the verdict,
+and its JSON summary is checked for the numbers that prove the run did work.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LANCE_UNCLAIMABLE = "region_unclaimable"
+
+
+@pytest.mark.s3
+@pytest.mark.timeout(300)
+def test_short_soak_loses_nothing(tmp_path: Path) -> None:
+    summary_path = tmp_path / "summary.json"
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "soak.py"), "--short", "--json", str(summary_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+    assert summary is not None, f"soak crashed:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
+    totals = summary["totals"]
+    kinds = {v["kind"] for v in summary["violations"]}
+    if kinds == {LANCE_UNCLAIMABLE} and totals["writes_lost"] == 0:
+        # Lance 14 bug (NOTES-issue-7.md): a region's WAL generation outgrows the MemTable limit and no
+        # claim with that limit succeeds; the suite recovered every acknowledged write with a larger one.
+        pytest.xfail(f"known Lance 14 bug, region unclaimable: {summary['violations'][0]['detail'][:1500]}")
+    assert run.returncode == 0, f"soak failed:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
+    assert summary["violations"] == []
+    assert totals["writes_lost"] == 0
+    assert totals["writes_acknowledged"] > 0 and totals["merges"] > 0
+    assert totals["kills_writers"] + totals["kills_services"] > 0
+    assert totals["gc_deleted_generations"] > 0 and totals["quiescent_checks"] > 0
+    assert sum(n for k, n in summary["injected_faults"].items() if k != "connections") > 0
+    assert summary["seconds"] < 180, f"the short mode took {summary['seconds']} s"
