@@ -376,10 +376,19 @@ def test_bad_grace_period_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFix
     assert "grace-seconds" in err and len(err.strip().splitlines()) == 1
 
 
-def test_abandoned_staging_files_go_after_their_age_and_fresh_ones_stay(tmp_path: Path) -> None:
-    """A Spark job whose driver died leaves `_memwal_staging/` files; only old ones are deleted."""
+def test_abandoned_staging_and_wal_temp_files_go_after_their_age(tmp_path: Path) -> None:
+    """A Spark job whose driver died leaves `_memwal_staging/` files, a writer killed mid-put a
+    `.tmp` upload in its WAL folder; only old ones are deleted."""
     uri = str(tmp_path / "t")
-    new_table(uri)
+    model = new_table(uri)
+    region = write_generations(model, None, 1, 1)
+    wal_dir = Path(uri) / MEM_WAL_DIR / region / REGION_WAL_DIR
+    old_temp, fresh_temp = (
+        wal_dir / f"{wal_entry_name(99)}.tmp.dead",
+        wal_dir / f"{wal_entry_name(98)}.tmp.live",
+    )
+    old_temp.write_bytes(b"z")
+    fresh_temp.write_bytes(b"z")
     staging = Path(uri) / "_memwal_staging"
     (staging / "ingest-dead").mkdir(parents=True)
     old, fresh = staging / "ingest-dead" / "a.lance", staging / "b-live.lance"
@@ -387,11 +396,13 @@ def test_abandoned_staging_files_go_after_their_age_and_fresh_ones_stay(tmp_path
     fresh.write_bytes(b"y" * 10)
     two_days_ago = time.time() - 2 * 86_400
     os.utime(old, (two_days_ago, two_days_ago))
+    os.utime(old_temp, (two_days_ago, two_days_ago))
     policy = GcPolicy(grace_seconds=0, wal_tail=0, wal_min_age_seconds=0)
     dry = run_gc(uri, policy, dry_run=True).to_json()
     assert dry["staging_files_deleted"] == 1 and old.exists()
     done = run_gc(uri, policy).to_json()
     assert done["staging_files_deleted"] == 1 and done["bytes_deleted"] >= 100
+    assert done["wal_temp_files_deleted"] == 1 and not old_temp.exists() and fresh_temp.exists()
     assert not old.exists() and fresh.exists()
-    assert run_gc(uri, GcPolicy(staging_max_age_seconds=0)).to_json()["staging_files_deleted"] == 1
+    assert run_gc(uri, GcPolicy(abandoned_after_seconds=0)).to_json()["staging_files_deleted"] == 1
     assert not fresh.exists()

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LANCE_UNCLAIMABLE = "region_unclaimable"
 
 
 @pytest.mark.s3
@@ -32,11 +31,6 @@ def test_short_soak_loses_nothing(tmp_path: Path) -> None:
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
     assert summary is not None, f"soak crashed:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
     totals = summary["totals"]
-    kinds = {v["kind"] for v in summary["violations"]}
-    if kinds == {LANCE_UNCLAIMABLE} and totals["writes_lost"] == 0:
-        # Lance 14 bug (NOTES-issue-7.md): a region's WAL generation outgrows the MemTable limit and no
-        # claim with that limit succeeds; the suite recovered every acknowledged write with a larger one.
-        pytest.xfail(f"known Lance 14 bug, region unclaimable: {summary['violations'][0]['detail'][:1500]}")
     assert run.returncode == 0, f"soak failed:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
     assert summary["violations"] == []
     assert totals["writes_lost"] == 0

@@ -73,6 +73,7 @@ def execute_region(store: ObjectStore, manifests: RegionManifestStore, plan: Reg
     objects = sum(len(tree) for tree in trees)
     wal_dir = f"{region_dir}/{REGION_WAL_DIR}"
     store.delete_many([f"{wal_dir}/{wal_entry_name(p)}" for p in plan.wal_delete])
+    store.delete_many(list(plan.wal_temp_delete))
     if plan.manifest_delete:
         # Readers start probing at the hint: it must name a version that stays.
         manifests.write_hint(max(pruned_in or 0, plan.manifest_version))
@@ -82,7 +83,10 @@ def execute_region(store: ObjectStore, manifests: RegionManifestStore, plan: Reg
         region=plan.region,
         pruned_in_version=pruned_in,
         deleted_dirs=plan.deleted_dirs,
-        objects_deleted=objects + len(plan.wal_delete) + len(plan.manifest_delete),
+        objects_deleted=objects
+        + len(plan.wal_delete)
+        + len(plan.manifest_delete)
+        + len(plan.wal_temp_delete),
         bytes_deleted=sum(info.size for tree in trees for info in tree),
         wal_deleted=len(plan.wal_delete),
         manifest_versions_deleted=len(plan.manifest_delete),

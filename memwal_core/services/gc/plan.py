@@ -89,6 +89,8 @@ class RegionGcPlan:
     wal_delete: tuple[int, ...]
     wal_kept: tuple[tuple[str, int], ...]
     manifest_delete: tuple[int, ...]
+    # Abandoned `.tmp` uploads in the WAL folder (a writer killed mid-put), by path.
+    wal_temp_delete: tuple[str, ...] = ()
 
     @property
     def deleted_dirs(self) -> tuple[GenerationDir, ...]:
@@ -96,7 +98,9 @@ class RegionGcPlan:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.prune or self.delete_dirs or self.wal_delete or self.manifest_delete)
+        return bool(
+            self.prune or self.delete_dirs or self.wal_delete or self.manifest_delete or self.wal_temp_delete
+        )
 
 
 @dataclass(frozen=True)
@@ -223,11 +227,17 @@ def plan_region(
             pinned.append(dropped_in)
 
     wal_dir = f"{region_dir}/{REGION_WAL_DIR}"
+    wal_files = store.list_files(wal_dir)
     entries = {
         parse_bitrev64(info.path.rsplit("/", 1)[-1][: -len(WAL_SUFFIX)]): info
-        for info in store.list_files(wal_dir)
+        for info in wal_files
         if info.path.endswith(WAL_SUFFIX)
     }
+    wal_temp = [
+        info.path
+        for info in wal_files
+        if ".tmp" in info.path.rsplit("/", 1)[-1] and now - info.mtime > policy.abandoned_after_seconds
+    ]
     wal_delete, wal_kept = plan_wal(store.read, wal_dir, entries, latest, policy, now)
 
     # Old manifest versions go oldest first, and only a prefix, so the stored versions stay contiguous.
@@ -249,15 +259,16 @@ def plan_region(
         wal_delete=tuple(wal_delete),
         wal_kept=tuple(sorted(wal_kept.items())),
         manifest_delete=tuple(manifest_delete),
+        wal_temp_delete=tuple(wal_temp),
     )
 
 
 def stale_staging(table: MemWalTable, policy: GcPolicy, now: float) -> tuple[tuple[str, int], ...]:
-    """Staged files no live job can still read: older than `policy.staging_max_age_seconds`."""
+    """Staged files no live job can still read: older than `policy.abandoned_after_seconds`."""
     return tuple(
         (info.path, info.size)
         for info in table.store.list_files(STAGING_DIR, recursive=True)
-        if now - info.mtime > policy.staging_max_age_seconds
+        if now - info.mtime > policy.abandoned_after_seconds
     )
 
 

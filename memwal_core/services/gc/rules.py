@@ -40,9 +40,10 @@ class GcPolicy:
     wal_min_age_seconds: float | None = None
     # Newest region manifest versions kept (older ones only once superseded for the grace period).
     keep_manifest_versions: int = 10
-    # Files a Spark merge or ingestion staged and never removed (its driver died) go after this long;
-    # a live job reads its staged files within minutes, so a day is far past any reader.
-    staging_max_age_seconds: float = 86_400.0
+    # Files a crashed process left go after this long: `_memwal_staging/` files of a Spark merge or
+    # ingestion whose driver died, and `.tmp` uploads of a writer killed mid-put. A live job reads
+    # or renames its own within minutes, so a day is far past any of them.
+    abandoned_after_seconds: float = 86_400.0
 
     def __post_init__(self) -> None:
         if self.grace_seconds < 0:
@@ -53,9 +54,9 @@ class GcPolicy:
             raise BadInputError(
                 f"the WAL minimum age must be 0 or more seconds, not {self.wal_min_age_seconds}"
             )
-        if self.staging_max_age_seconds < 0:
+        if self.abandoned_after_seconds < 0:
             raise BadInputError(
-                f"the staging age must be 0 or more seconds, not {self.staging_max_age_seconds}"
+                f"the abandoned-file age must be 0 or more seconds, not {self.abandoned_after_seconds}"
             )
         if self.keep_manifest_versions < 1:
             raise BadInputError(

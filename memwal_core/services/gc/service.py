@@ -75,6 +75,7 @@ class GcResult:
             },
             "manifest_versions_deleted": sum(len(p.manifest_delete) for p in plans),
             "staging_files_deleted": len(self.plan.stale_staging),
+            "wal_temp_files_deleted": sum(len(p.wal_temp_delete) for p in plans),
             "objects_deleted": sum(o.objects_deleted for o in self.outcomes)
             + (0 if self.dry_run else len(self.plan.stale_staging)),
             "bytes_deleted": sum(o.bytes_deleted for o in self.outcomes)
