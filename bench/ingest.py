@@ -14,6 +14,7 @@ Usage: python bench/ingest.py [--rows 1000000] [--put-rows 10000] [--repeats 3] 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import tempfile
@@ -118,17 +119,19 @@ def main() -> None:
             results[f"n-{kind}"] = timed(
                 "(n) native ShardWriter, 1 region",
                 args.rows,
-                lambda d=durable: native(new_table(root), parts, d),
+                functools.partial(lambda d: native(new_table(root), parts, d), durable),
             )
             results[f"a-{kind}"] = timed(
                 "(a) MemWalWriter, 1 region (unsharded)",
                 args.rows,
-                lambda d=durable: ours(new_table(root, unsharded=True), parts, d),
+                functools.partial(lambda d: ours(new_table(root, unsharded=True), parts, d), durable),
             )
             results[f"b-{kind}"] = timed(
                 "(b) MemWalWriter, 4 bucket regions",
                 args.rows,
-                lambda d=durable: ours(new_table(root, bucket_column="id", num_buckets=4), parts, d),
+                functools.partial(
+                    lambda d: ours(new_table(root, bucket_column="id", num_buckets=4), parts, d), durable
+                ),
             )
         routing_uri = new_table(root, bucket_column="id", num_buckets=4)
         routing = statistics.median(routing_seconds(routing_uri, parts) for _ in range(max(3, REPEATS)))

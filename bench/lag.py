@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import lance
@@ -56,7 +57,9 @@ def merge_times(uri: str) -> dict[tuple[str, int], float]:
     with MemWalTable.open(uri) as table:
         for version in lance.dataset(uri).versions()[1:]:  # version 1 predates MemWAL
             merged = table.index_details(version["version"]).merged
-            stamp = version["timestamp"].timestamp()
+            when = version["timestamp"]
+            assert isinstance(when, datetime)
+            stamp = when.timestamp()
             for region, generation in merged.items():
                 for g in range(1, generation + 1):
                     seen.setdefault((region, g), stamp)

@@ -121,7 +121,8 @@ def timed(
 ) -> float:
     seconds = []
     for _ in range(repeats):
-        lance.dataset(uri, version=version).restore()
+        restored: Any = lance.dataset(uri, version=version)
+        restored.restore()
         started = time.perf_counter()
         run()
         seconds.append(time.perf_counter() - started)

@@ -737,6 +737,8 @@ def leftovers(
                 f.path.split(name, 1)[-1]
                 for f in table.store.list_files(f"{region_dir}/{name}", recursive=True)
             ]
+            if not files:  # SeaweedFS lists a folder whose objects are all deleted: nothing is left
+                continue
             detail = f"{name}: gc says {kept.get((region, name), 'nothing')}; {len(files)} files {files[:6]}"
             out.append(Violation(target, "generation_left_after_gc", version, region, generation, detail))
     manifests = len(table.region_store(region).stored_versions())
