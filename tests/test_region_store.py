@@ -99,6 +99,28 @@ def test_gap_after_stale_hint_is_corrupt(regions: RegionManifestStore) -> None:
         regions.read_latest()
 
 
+def test_a_version_written_between_probes_is_not_a_gap(regions: RegionManifestStore) -> None:
+    """A live writer adds 4 and 5 while a probe batch runs: the batch may see 5 but not 4.
+
+    The store's batch HEADs run first; version 4 lands right after them, as
+    with a writer a moment ahead of a slow request. The re-check finds it.
+    """
+    region = regions.region
+    for version in [1, 2, 3, 5]:
+        regions.store.put_if_not_exists(regions.path(version), manifest_bytes(region, version))
+    store = regions.store
+    probe_batch = store.exists_many
+
+    def batch_then_writer_lands(paths: list[str]) -> list[bool]:
+        found = probe_batch(paths)
+        if not store.exists(regions.path(4)):
+            store.put_if_not_exists(regions.path(4), manifest_bytes(region, 4))
+        return found
+
+    store.exists_many = batch_then_writer_lands  # type: ignore[method-assign]
+    assert regions.read_latest().version == 5
+
+
 def test_manifest_of_another_region_is_corrupt(regions: RegionManifestStore) -> None:
     regions.store.put_if_not_exists(regions.path(1), manifest_bytes(str(uuid.uuid4()), 1))
     with pytest.raises(CorruptMetadataError, match="belongs to region"):

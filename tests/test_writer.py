@@ -13,7 +13,7 @@ import lance
 import pyarrow as pa
 import pytest
 
-from memwal_core.errors import FencedError, SchemaError
+from memwal_core.errors import BadInputError, FencedError, SchemaError, StorageError, UncertainWriteError
 from memwal_core.model.region_directory import region_id_for
 from memwal_core.model.routing import region_spec_of
 from memwal_core.services.reader import lsm_scanner, plan_read
@@ -175,3 +175,21 @@ def test_bad_rows_are_refused_before_anything_is_written(tmp_path: Path, data: A
     with MemWalWriter(uri) as writer, pytest.raises(SchemaError, match=message):
         writer.put(data)
     assert tree_digest(tmp_path / "t") == before
+
+
+@pytest.mark.parametrize(
+    ("lance_message", "error"),
+    [
+        ("Writer fenced (peer claimed epoch): local epoch 1 < stored epoch 2 for shard x", FencedError),
+        ("LanceError(IO): WAL position 12 was taken after a failed PUT (response lost)", UncertainWriteError),
+        ("Invalid user input: batch 0 does not match the base table schema", BadInputError),
+        ("LanceError(IO): connection reset by peer", StorageError),
+    ],
+    ids=["fenced", "lost-response", "bad-rows", "storage"],
+)
+def test_native_errors_are_classified(lance_message: str, error: type[Exception]) -> None:
+    """Lance's writer raises OSError for everything; callers act on the kind (messages as Lance 14 words them)."""
+    from memwal_core.services.writer import _native_error
+
+    classified = _native_error("r1", OSError(lance_message))
+    assert type(classified) is error and str(classified).startswith("region r1: ")
