@@ -52,6 +52,8 @@ class Writer(Protocol):
 
     def flush(self) -> None: ...
 
+    def claim(self) -> str: ...
+
     def close(self) -> None: ...
 
 
@@ -70,10 +72,11 @@ def open_writer(uri: str, options: dict[str, str], region: str, memtable_rows: i
 
 def reclaim(uri: str, options: dict[str, str], region: str, memtable_rows: int) -> None:
     """Claim a region and close at once: the claim replays its WAL and the close flushes it."""
-    import lance
-
-    dataset = lance.dataset(uri, storage_options=options or None)
-    dataset.mem_wal_writer(region, durable_write=True, max_memtable_rows=memtable_rows).close()
+    writer = open_writer(uri, options, region, memtable_rows)
+    try:
+        writer.claim()
+    finally:
+        writer.close()
 
 
 class OpLog:

@@ -156,6 +156,14 @@ def test_a_fenced_writer_gets_a_clear_error_and_keeps_what_it_acknowledged(tmp_p
     old.close()
     rows = lsm_rows(uri)
     assert rows[100] == ("old", 1.0) and rows[200] == ("new", 2.0) and 102 not in rows and 103 not in rows
+    (region,) = MemWalTable.open(uri).region_ids()
+    with MemWalWriter(uri, region=region) as pinned:  # an explicit claim fences without writing
+        pinned.put({"id": [300], "name": ["pinned"], "score": [3.0]})
+        with MemWalWriter(uri, region=region) as claimer:
+            assert claimer.claim() == region
+            with pytest.raises(FencedError):
+                pinned.put({"id": [301], "name": ["lost"], "score": [3.0]})
+    assert lsm_rows(uri)[300] == ("pinned", 3.0)
 
 
 @pytest.mark.parametrize(

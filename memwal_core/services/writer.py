@@ -228,6 +228,19 @@ class MemWalWriter:
                 deleted += rows.num_rows
         return deleted
 
+    def claim(self, region: str | None = None) -> str:
+        """Claim a region now instead of at its first write (default: the pinned region).
+
+        The claim replays the region's WAL and fences any older writer; a
+        recovery tool claims and closes to make a crashed writer's
+        acknowledged writes readable.
+        """
+        region = region or self._pinned
+        if region is None:
+            raise BadInputError("claim needs a region: this writer is not pinned to one")
+        self._writer(region)
+        return region
+
     def flush(self) -> None:
         """Seal every open region's MemTable as a flushed generation.
 
