@@ -179,11 +179,15 @@ def test_merger_and_snapshot_builder_race(tmp_path: Path) -> None:
     results: list[SnapshotResult] = []
     errors: list[BaseException] = []
     pause = random.Random(5)
+    merging = threading.Event()
+    merging.set()
 
     def builder() -> None:
         try:
             with MemWalTable.open(uri) as table:
-                for _round in range(50):
+                # Until the merges are done (at least 50 rounds): on a loaded machine a fixed
+                # number of rounds can all land before the merger gets going.
+                while merging.is_set() or len(results) < 50:
                     results.append(build_snapshot(table, lease_wait=120))
                     # A snapshot takes milliseconds, a merge far longer: spread the rounds over the merges.
                     time.sleep(pause.uniform(0, 0.06))
@@ -198,8 +202,13 @@ def test_merger_and_snapshot_builder_race(tmp_path: Path) -> None:
                     assert result.failures == [], result.failures
                     if not result.regions:
                         return
+                    # Real merges take far longer than these 10-row ones; without a pause the merger
+                    # re-takes the lease before the builder's next poll (the lease queues nobody).
+                    time.sleep(0.15)
         except BaseException as exc:
             errors.append(exc)
+        finally:
+            merging.clear()
 
     threads = [threading.Thread(target=builder), threading.Thread(target=merger)]
     for t in threads:
@@ -207,7 +216,7 @@ def test_merger_and_snapshot_builder_race(tmp_path: Path) -> None:
     for t in threads:
         t.join(timeout=600)
     assert not errors, errors
-    assert len(results) == 50 and all(r.repairs == [] for r in results)
+    assert len(results) >= 50 and all(r.repairs == [] for r in results)
     history = progress_history(uri)
     assert_progress_never_decreases(history)
     # The two really interleaved: snapshot commits landed between merge commits that moved progress.
