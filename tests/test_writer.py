@@ -201,3 +201,16 @@ def test_native_errors_are_classified(lance_message: str, error: type[Exception]
 
     classified = _native_error("r1", OSError(lance_message))
     assert type(classified) is error and str(classified).startswith("region r1: ")
+
+
+def test_put_all_gathers_small_parts_into_few_writes(tmp_path: Path) -> None:
+    """Every durable write waits for a WAL flush: 50 ten-row parts become one write, not 50."""
+    uri = make_table(tmp_path / "t", unsharded=True)
+    parts = [
+        {"id": [i * 10 + j for j in range(10)], "name": ["p"] * 10, "score": [1.0] * 10} for i in range(50)
+    ]
+    with MemWalWriter(uri, max_memtable_rows=300) as writer:
+        assert writer.put_all(parts) == 500
+        (stats,) = writer.stats().values()
+    assert stats["put_count"] == 2 and stats["rows_put"] == 500  # 300 rows, then the last 200
+    assert len(lsm_rows(uri)) == 500  # ids 0-2 replace the base rows

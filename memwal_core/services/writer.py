@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from types import TracebackType
@@ -205,13 +205,33 @@ class MemWalWriter:
 
     def put(self, data: Any) -> int:
         """Upsert rows (anything Arrow-like); returns the rows written once acknowledged."""
+        return self.put_all([data])
+
+    def put_all(self, parts: Iterable[Any]) -> int:
+        """Upsert a stream of Arrow-like parts, gathered into writes of about `chunk_rows` rows.
+
+        Each durable write waits for a WAL flush, so many small parts cost far
+        more written one by one. Every part is checked before it joins a write.
+        """
         written = 0
-        for table in iter_tables(data):
-            rows = conform(table, self.schema, what="put")
-            if rows.num_rows:
-                self._write("put", self._split(rows))
-                written += rows.num_rows
-        return written
+        pending: list[pa.Table] = []
+        pending_rows = 0
+        for part in parts:
+            for table in iter_tables(part):
+                pending.append(conform(table, self.schema, what="put"))
+                pending_rows += table.num_rows
+                if pending_rows >= self.chunk_rows:
+                    written += self._put_rows(pending)
+                    pending, pending_rows = [], 0
+        return written + self._put_rows(pending)
+
+    def _put_rows(self, tables: list[pa.Table]) -> int:
+        if not tables:
+            return 0
+        rows = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        if rows.num_rows:
+            self._write("put", self._split(rows))
+        return int(rows.num_rows)
 
     def delete(self, keys: Any) -> int:
         """Delete rows by primary key (Arrow-like key columns, or a list of values for a one-column key)."""

@@ -14,8 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-
 from memwal_core.errors import BadInputError
 from memwal_core.model.routing import region_spec_of
 from memwal_core.services.ingest.sources import SourceFiles, resolve_sources
@@ -66,17 +64,9 @@ def _write_local(
     if result.rows_read == 0:
         raise BadInputError(f"the sources hold no rows ({len(sources.files)} file(s))")
     with MemWalWriter(table.uri, table.storage_options, options=options) as writer:
-        pending: list[pa.Table] = []
-        pending_rows = 0
-        for path in sources.files:
-            for rows in sources.read(path, schema):
-                pending.append(rows)
-                pending_rows += rows.num_rows
-                if pending_rows >= writer.chunk_rows:
-                    result.rows_written += writer.put(pa.concat_tables(pending))
-                    pending, pending_rows = [], 0
-        if pending:
-            result.rows_written += writer.put(pa.concat_tables(pending))
+        result.rows_written = writer.put_all(
+            rows for path in sources.files for rows in sources.read(path, schema)
+        )
     for region, stats in writer.stats().items():
         result.regions[region] = int(stats["rows_put"])
 

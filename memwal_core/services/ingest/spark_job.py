@@ -91,17 +91,7 @@ def _write_regions(
         if not paths:
             return
         with MemWalWriter(uri, dict(options), options=writer_options) as writer:
-            pending: list[pa.Table] = []
-            pending_rows = 0
-            for path in paths:
-                for batch in unstage_batches(path, options):
-                    pending.append(pa.Table.from_batches([batch]))
-                    pending_rows += batch.num_rows
-                    if pending_rows >= writer.chunk_rows:
-                        writer.put(pa.concat_tables(pending))
-                        pending, pending_rows = [], 0
-            if pending:
-                writer.put(pa.concat_tables(pending))
+            writer.put_all(batch for path in paths for batch in unstage_batches(path, options))
         yield pa.RecordBatch.from_pylist(
             [{"region": r, "rows": int(s["rows_put"])} for r, s in writer.stats().items()],
             schema=pa.schema([("region", pa.string()), ("rows", pa.int64())]),
