@@ -61,6 +61,10 @@ class WriterOptions:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
+def _fenced(region: str) -> FencedError:
+    return FencedError(f"region {region}: this writer was fenced: another writer claimed the region")
+
+
 def _native_error(region: str, exc: Exception) -> MemwalError:
     """A Lance writer error as ours: fencing, bad rows, a write of unknown outcome, or storage trouble."""
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -70,7 +74,7 @@ def _native_error(region: str, exc: Exception) -> MemwalError:
             "the next call re-opens the region"
         )
     if "fenced" in first.lower():
-        return FencedError(f"region {region}: this writer was fenced: another writer claimed the region")
+        return _fenced(region)
     if "Invalid user input" in first:
         return BadInputError(f"region {region}: Lance refused the rows: {first[:300]}")
     return StorageError(f"region {region}: write failed: {first[:300]}")
@@ -135,7 +139,7 @@ class MemWalWriter:
 
     def _writer(self, region: str) -> ShardWriter:
         if region in self._fenced:
-            raise FencedError(f"region {region}: this writer was fenced: another writer claimed the region")
+            raise _fenced(region)
         writer = self._writers.get(region)
         if writer is None:
             writer = self._open(region)

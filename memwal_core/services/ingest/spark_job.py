@@ -33,8 +33,13 @@ from memwal_core.table import MemWalTable
 if TYPE_CHECKING:
     from memwal_core.services.ingest.service import IngestResult
 
+# What the tasks return: as Spark declares it, and as the task builds it.
 STAGED_SCHEMA = "file long, region binary, path string, rows long"
+STAGED_ARROW = pa.schema(
+    [("file", pa.int64()), ("region", pa.binary()), ("path", pa.string()), ("rows", pa.int64())]
+)
 RESULT_SCHEMA = "region string, rows long"
+RESULT_ARROW = pa.schema([("region", pa.string()), ("rows", pa.int64())])
 T = TypeVar("T")
 
 
@@ -64,19 +69,14 @@ def _stage_files(
                         if part is not None:
                             target = f"{staging}/{uuid.uuid4().hex}.lance"
                             staged.append(
-                                (index, repr(key).encode(), stage(target, part, options), part.num_rows)
+                                {
+                                    "file": index,
+                                    "region": repr(key).encode(),
+                                    "path": stage(target, part, options),
+                                    "rows": part.num_rows,
+                                }
                             )
-                yield pa.RecordBatch.from_pylist(
-                    [dict(zip(("file", "region", "path", "rows"), row, strict=True)) for row in staged],
-                    schema=pa.schema(
-                        [
-                            ("file", pa.int64()),
-                            ("region", pa.binary()),
-                            ("path", pa.string()),
-                            ("rows", pa.int64()),
-                        ]
-                    ),
-                )
+                yield pa.RecordBatch.from_pylist(staged, schema=STAGED_ARROW)
 
     return run
 
@@ -94,7 +94,7 @@ def _write_regions(
             writer.put_all(batch for path in paths for batch in unstage_batches(path, options))
         yield pa.RecordBatch.from_pylist(
             [{"region": r, "rows": int(s["rows_put"])} for r, s in writer.stats().items()],
-            schema=pa.schema([("region", pa.string()), ("rows", pa.int64())]),
+            schema=RESULT_ARROW,
         )
 
     return run
