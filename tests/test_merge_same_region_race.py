@@ -13,10 +13,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from memwal_core.model.lease import Lease
-from memwal_core.services.merge.commit import commit_region
+from memwal_core.services.merge.commit import commit_checked, commit_region
 from memwal_core.services.merge.engine import LocalEngine
 from memwal_core.services.merge.plan import plan_merge
-from memwal_core.services.merge.service import commit_checked, merge
+from memwal_core.services.merge.service import merge
 from memwal_core.table import MemWalTable
 from tests.support.model import ModelTable
 
@@ -43,20 +43,17 @@ def overlapping_mergers(path: Path, *, checked: bool) -> ModelTable:
         y_plan = plan.regions[0]
         assert [g.generation for g in y_plan.generations] == [1, 2]
         y_handle = opened.dataset()
-        y_source = LocalEngine().collapse(y_plan, plan.primary_key, y_handle.schema, {})
+        y_source = LocalEngine().collapse_batch([y_plan], plan.primary_key, y_handle.schema, {})
+        live = pa.Table.from_batches(list(y_source.live({region})), schema=y_handle.schema)
         x = merge(opened, max_generations=1)
         assert [r.merged_generations for r in x.regions] == [[1]]
         if checked:
-            commit_checked(opened, y_handle, plan.primary_key, y_plan, y_source, use_index=False)
+            commit_checked(
+                opened, y_handle, plan.primary_key, {region: 2}, live, y_source.deleted_keys, use_index=False
+            )
         else:
             commit_region(
-                y_handle,
-                plan.primary_key,
-                region,
-                2,
-                y_source.open_live(),
-                y_source.deleted_keys,
-                use_index=False,
+                y_handle, plan.primary_key, region, 2, live, y_source.deleted_keys({region}), use_index=False
             )
         assert opened.index_details().merged_generation(region) == 2
     return table

@@ -30,6 +30,7 @@ from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS, GcPolicy
 from memwal_core.services.gc.service import gc
 from memwal_core.services.ingest.service import ingest
 from memwal_core.services.initialize import RegionSpecChoice, initialize
+from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.merge.engine import make_engine
 from memwal_core.services.merge.service import merge
 from memwal_core.services.retain import parse_duration, retain
@@ -85,11 +86,13 @@ def _cmd_demo(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 
 def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     engine = make_engine(args.engine, spark_master=args.spark_master)
+    budget = MergeBudget.default(max_rows=args.max_batch_rows, max_bytes=args.max_batch_bytes)
     result = merge(
         table,
         regions=args.region or None,
         max_generations=args.max_generations,
         engine=engine,
+        budget=budget,
         dry_run=args.dry_run,
         progress=RegionProgress(),
     )
@@ -200,6 +203,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--region", action="append", default=[], metavar="UUID", help="only this region (repeatable)"
     )
     p.add_argument("--max-generations", type=int, metavar="N", help="merge at most N generations per region")
+    p.add_argument(
+        "--max-batch-rows",
+        type=int,
+        metavar="N",
+        help="collapse at most N generation rows per commit (default: --max-batch-bytes / 256)",
+    )
+    p.add_argument(
+        "--max-batch-bytes",
+        type=int,
+        metavar="B",
+        help="collapse at most B bytes of generations per commit (default: an eighth of the machine's memory)",
+    )
     _engine_arguments(p, "where generations are collapsed")
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.set_defaults(run=_cmd_merge)

@@ -101,12 +101,12 @@ def _compare(
             GenerationSource(g, f"{plan.table_uri}/_mem_wal/{region.region}/{path}")
             for g, path in region.generations
         ]
-        collapsed = collapse_local(sources, region.region, primary_key, schema, table.storage_options)
-        for row in collapsed.open_live().to_pylist():
+        live, deleted = collapse_local(sources, region.region, primary_key, schema, table.storage_options)
+        for row in live.to_pylist():
             key = tuple(row[k] for k in primary_key)
             upserts[key] = row
             deletes.discard(key)
-        for key in _keys(collapsed.deleted_keys, primary_key):
+        for key in _keys(deleted, primary_key):
             deletes.add(key)
             upserts.pop(key, None)
     base_keys = base.to_table(columns=primary_key)

@@ -7,7 +7,7 @@ removes them; GC removes what a crashed job left behind.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
@@ -25,14 +25,18 @@ def stage(uri: str, rows: pa.Table, storage_options: Mapping[str, str]) -> str:
     return uri
 
 
-def unstage_batches(uri: str, storage_options: Mapping[str, str]) -> pa.RecordBatchReader:
-    """A staged file's rows, streamed."""
+def unstage_batches(
+    uri: str, storage_options: Mapping[str, str], *, columns: Sequence[str] | None = None
+) -> pa.RecordBatchReader:
+    """A staged file's rows (or only `columns` of them), streamed."""
     from lance.file import LanceFileReader
 
-    reader = LanceFileReader(uri, storage_options=dict(storage_options) or None)
+    reader = LanceFileReader(
+        uri, storage_options=dict(storage_options) or None, columns=list(columns) if columns else None
+    )
     return reader.read_all(batch_size=STREAM_BATCH_ROWS).to_batches()
 
 
-def unstage(uri: str, storage_options: Mapping[str, str]) -> pa.Table:
-    """A staged file's rows, whole."""
-    return unstage_batches(uri, storage_options).read_all()
+def unstage(uri: str, storage_options: Mapping[str, str], *, columns: Sequence[str] | None = None) -> pa.Table:
+    """A staged file's rows (or only `columns` of them), whole."""
+    return unstage_batches(uri, storage_options, columns=columns).read_all()

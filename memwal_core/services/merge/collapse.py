@@ -3,53 +3,68 @@
 Generations are read in ascending order; within each, Lance's deletion vector
 already keeps only the last write of a key. Across generations the newest
 wins. A winning row with `_tombstone = true` is a delete; the rest are
-upserts. This is the `local` engine (pyarrow in-process) and the reference
-the Spark engine must agree with.
+upserts. Both engines collapse with these functions (the `local` engine in
+the calling process, the `spark` engine inside its tasks), so they agree.
+
+A batch of regions is collapsed region by region: regions never share keys
+(the spec's rule), so concatenating their collapsed rows is exact. A key
+found in two regions is corruption, and `shared_key` finds it before anything
+is committed, so a batch never commits an order-dependent result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_core.errors import NotFoundError, SchemaError
-from memwal_core.services.merge.plan import GenerationSource
+from memwal_core.errors import CorruptMetadataError, MemwalError, NotFoundError, SchemaError
+from memwal_core.services.merge.plan import GenerationSource, RegionMergePlan
 
 TOMBSTONE = "_tombstone"
+# The region a collapsed key came from, in the key tables `shared_key` checks and in staged files.
+REGION_COLUMN = "_memwal_region"
 READ_THREADS = 8
-
-
-def _nothing_to_release() -> None:
-    """Rows held in memory need no clean-up."""
+# Regions collapsed at once in one process: Lance and pandas release the GIL for most of it.
+REGION_THREADS = 8
 
 
 @dataclass(frozen=True)
-class Collapsed:
-    """The merge source of one region: live rows to upsert, keys to delete.
-
-    `open_live()` gives the live rows afresh for every commit attempt: a table
-    in memory (local engine) or a stream over files the Spark engine staged, so
-    the driver never holds a Spark merge's rows itself. `release()` removes
-    what was staged, once the region's commit is over.
-    """
+class RegionCollapse:
+    """What one region's prefix collapsed to (figures only; the rows stay with the engine)."""
 
     live_rows: int
-    open_live: Callable[[], pa.Table | pa.RecordBatchReader]
-    deleted_keys: pa.Table
+    deleted_rows: int
     rows_read: int
     bytes_read: int
-    release: Callable[[], None] = _nothing_to_release
 
-    @classmethod
-    def in_memory(
-        cls, live: pa.Table, deleted_keys: pa.Table, *, rows_read: int, bytes_read: int
-    ) -> Collapsed:
-        return cls(live.num_rows, lambda: live, deleted_keys, rows_read, bytes_read)
+
+class BatchCollapse(Protocol):
+    """An engine's collapse of one batch: per-region figures and failures, rows on demand.
+
+    Rows are read per call and filtered to the regions asked for, so a commit
+    retried after a stale region was dropped or re-collapsed leaves that
+    region's old rows out. `release()` frees what the engine staged.
+    """
+
+    @property
+    def regions(self) -> Mapping[str, RegionCollapse]: ...
+
+    @property
+    def failures(self) -> Mapping[str, MemwalError]: ...
+
+    def live(self, regions: Set[str]) -> Iterator[pa.RecordBatch]: ...
+
+    def deleted_keys(self, regions: Set[str]) -> pa.Table: ...
+
+    def keys(self, regions: Set[str]) -> pa.Table: ...
+
+    def release(self) -> None: ...
 
 
 def read_generation(
@@ -117,22 +132,157 @@ def collapse_tables(
     return split(combined.filter(pa.array(newest)), primary_key, base_schema, what=what)
 
 
+def key_partition(rows: pa.Table, primary_key: Sequence[str], partitions: int) -> pa.Array:
+    """Each row's key partition in [0, partitions): a hash every process computes alike."""
+    keys = pd.DataFrame({k: rows.column(k).to_pandas() for k in primary_key})
+    hashes = pd.util.hash_pandas_object(keys, index=False).to_numpy()
+    return pa.array(hashes % partitions)
+
+
+@dataclass(frozen=True)
+class CollapseUnit:
+    """One region's prefix, or one key partition of it (the Spark engine splits large regions)."""
+
+    plan: RegionMergePlan
+    part: int = 0
+    partitions: int = 1
+
+    @property
+    def what(self) -> str:
+        return f"region {self.plan.region} generations {self.plan.generations[0].generation}..{self.plan.target_generation}"
+
+
+def collapse_unit(
+    unit: CollapseUnit,
+    primary_key: Sequence[str],
+    base_schema: pa.Schema,
+    storage_options: Mapping[str, str] | None,
+) -> tuple[pa.Table, pa.Table, RegionCollapse]:
+    """Read a unit's generations (in parallel threads), keep its key partition, and collapse them."""
+
+    def read(source: GenerationSource) -> pa.Table:
+        rows = read_generation(source, unit.plan.region, storage_options)
+        if unit.partitions > 1:
+            rows = rows.filter(pc.equal(key_partition(rows, primary_key, unit.partitions), unit.part))
+        return rows
+
+    generations = unit.plan.generations
+    with ThreadPoolExecutor(min(READ_THREADS, len(generations))) as pool:
+        tables = list(pool.map(read, generations))
+    live, deleted = collapse_tables(tables, primary_key, base_schema, what=unit.what)
+    deleted = plain_keys(deleted, primary_key)
+    figures = RegionCollapse(
+        live_rows=live.num_rows,
+        deleted_rows=deleted.num_rows,
+        rows_read=sum(t.num_rows for t in tables),
+        bytes_read=sum(t.nbytes for t in tables),
+    )
+    return live, deleted, figures
+
+
+def plain_keys(rows: pa.Table, primary_key: Sequence[str]) -> pa.Table:
+    """The key columns of `rows` without field metadata, so every region's keys concatenate."""
+    return pa.table({k: rows.column(k) for k in primary_key})
+
+
+def with_region(rows: pa.Table, region: str) -> pa.Table:
+    """`rows` with the region they came from as a last column."""
+    return rows.append_column(REGION_COLUMN, pa.array([region] * rows.num_rows, pa.string()))
+
+
+def shared_key(keys: pa.Table, primary_key: Sequence[str]) -> tuple[tuple[object, ...], list[str]] | None:
+    """A key that two regions both hold in `keys` (key columns and REGION_COLUMN), or None.
+
+    Within a region keys are unique after the collapse, so any repeated key
+    comes from a second region.
+    """
+    if keys.num_rows == 0:
+        return None
+    frame = pd.DataFrame({k: keys.column(k).to_pandas() for k in [*primary_key, REGION_COLUMN]})
+    repeated = frame[frame.duplicated(subset=list(primary_key), keep=False)]
+    if repeated.empty:
+        return None
+    first = repeated.iloc[0]
+    key = tuple(first[k] for k in primary_key)
+    same = repeated[(repeated[list(primary_key)] == pd.Series(key, index=list(primary_key))).all(axis=1)]
+    return key, sorted(set(same[REGION_COLUMN]))
+
+
+def shared_key_error(key: tuple[object, ...], regions: Sequence[str]) -> CorruptMetadataError:
+    """The refusal of regions that hold the same key: the merged result would depend on their order."""
+    shown = key[0] if len(key) == 1 else key
+    return CorruptMetadataError(
+        f"regions {', '.join(regions)} all hold primary key {shown!r}; regions must never share keys, "
+        "so merging them together would depend on their order (refused, nothing committed for them)"
+    )
+
+
+@dataclass
+class InMemoryCollapse:
+    """The local engine's collapse: every region's rows held in this process."""
+
+    live_tables: dict[str, pa.Table] = field(default_factory=dict)
+    deleted_tables: dict[str, pa.Table] = field(default_factory=dict)
+    regions: dict[str, RegionCollapse] = field(default_factory=dict)
+    failures: dict[str, MemwalError] = field(default_factory=dict)
+
+    def live(self, regions: Set[str]) -> Iterator[pa.RecordBatch]:
+        for region, table in self.live_tables.items():
+            if region in regions:
+                yield from table.to_batches()
+
+    def deleted_keys(self, regions: Set[str]) -> pa.Table:
+        tables = [t for r, t in self.deleted_tables.items() if r in regions]
+        return pa.concat_tables(tables) if tables else pa.table({})
+
+    def keys(self, regions: Set[str]) -> pa.Table:
+        parts = [
+            with_region(pa.concat_tables([plain_keys(self.live_tables[r], d.column_names), d]), r)
+            for r, d in self.deleted_tables.items()
+            if r in regions
+        ]
+        return pa.concat_tables(parts) if parts else pa.table({})
+
+    def release(self) -> None:
+        self.live_tables.clear()
+        self.deleted_tables.clear()
+
+
+def collapse_in_process(
+    plans: Sequence[RegionMergePlan],
+    primary_key: Sequence[str],
+    base_schema: pa.Schema,
+    storage_options: Mapping[str, str] | None,
+) -> InMemoryCollapse:
+    """The `local` engine: every region of the batch collapsed in parallel threads of this process."""
+    result = InMemoryCollapse()
+
+    def one(plan: RegionMergePlan) -> tuple[str, tuple[pa.Table, pa.Table, RegionCollapse] | MemwalError]:
+        try:
+            return plan.region, collapse_unit(CollapseUnit(plan), primary_key, base_schema, storage_options)
+        except MemwalError as exc:
+            return plan.region, exc
+
+    with ThreadPoolExecutor(max(1, min(REGION_THREADS, len(plans)))) as pool:
+        for region, outcome in pool.map(one, plans):
+            if isinstance(outcome, MemwalError):
+                result.failures[region] = outcome
+                continue
+            live, deleted, figures = outcome
+            result.live_tables[region] = live
+            result.deleted_tables[region] = deleted
+            result.regions[region] = figures
+    return result
+
+
 def collapse_local(
     generations: Sequence[GenerationSource],
     region: str,
     primary_key: Sequence[str],
     base_schema: pa.Schema,
     storage_options: Mapping[str, str] | None,
-) -> Collapsed:
-    """The `local` engine: read each generation with pylance and collapse in pyarrow."""
-    # Lance releases the GIL while reading, so generations load in parallel.
-    with ThreadPoolExecutor(min(READ_THREADS, len(generations))) as pool:
-        tables = list(pool.map(lambda g: read_generation(g, region, storage_options), generations))
-    what = f"region {region} generations {generations[0].generation}..{generations[-1].generation}"
-    live, deleted = collapse_tables(tables, primary_key, base_schema, what=what)
-    return Collapsed.in_memory(
-        live,
-        deleted,
-        rows_read=sum(t.num_rows for t in tables),
-        bytes_read=sum(t.nbytes for t in tables),
-    )
+) -> tuple[pa.Table, pa.Table]:
+    """One region's generations collapsed in this process: (live rows, deleted keys)."""
+    plan = RegionMergePlan("", region, 0, 0, tuple(generations))
+    live, deleted, _figures = collapse_unit(CollapseUnit(plan), primary_key, base_schema, storage_options)
+    return live, deleted

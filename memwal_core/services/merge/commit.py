@@ -1,18 +1,21 @@
-"""The merge commit: one Lance commit per region with data, deletes and progress.
+"""The merge commit: one Lance commit per batch with data, deletes and every region's progress.
 
 Upserts (live rows), deletes (tombstoned keys, as a `when_not_matched_by_source_delete`
-predicate on the same builder) and the merge marker go in ONE `merge_insert`, so a
-merger that lost a race can never land a delete after the winner re-inserted the
-key (see the format doc). The marker makes Lance reject a stale merge: a
-"Stale SSTable compaction" error means another merger got there first, which the
-caller answers by re-planning, never by retrying.
+predicate on the same builder) and the merge markers of every region in the
+batch go in ONE `merge_insert`, so a merger that lost a race can never land a
+delete after the winner re-inserted the key (see the format doc), and a round
+scans the base table once per batch rather than once per region. The markers
+make Lance reject a stale merge: a "Stale SSTable compaction" error means
+another merger got a region there first, which the caller answers by
+re-planning, never by retrying.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -24,7 +27,11 @@ if TYPE_CHECKING:
 
     from memwal_core.table import MemWalTable
 
+log = logging.getLogger(__name__)
+
 STALE_MARKER = "Stale SSTable compaction"
+# The key index is used while the source has at most one row per this many base rows.
+INDEX_SOURCE_RATIO = 1000
 
 
 class StaleMergeError(ConflictError):
@@ -81,20 +88,19 @@ def delete_predicate(keys: pa.Table, primary_key: Sequence[str]) -> str:
     return " OR ".join(terms)
 
 
-def commit_region(
+def commit_batch(
     dataset: lance.LanceDataset,
     primary_key: Sequence[str],
-    region: str,
-    generation: int,
-    live: pa.Table,
+    targets: Mapping[str, int],
+    live: pa.Table | pa.RecordBatchReader,
     deleted_keys: pa.Table,
     *,
     use_index: bool,
 ) -> dict[str, int]:
-    """Upsert `live`, delete `deleted_keys` and mark `generation` merged, in one commit.
+    """Upsert `live`, delete `deleted_keys` and mark each region's target generation merged, in one commit.
 
-    Returns Lance's merge statistics. Raises StaleMergeError if the region's
-    recorded progress is already at or past `generation`.
+    Returns Lance's merge statistics. Raises StaleMergeError if any region's
+    recorded progress is already at or past its target (nothing is committed then).
     """
     from lance.mem_wal import CompactedSsTable
 
@@ -105,34 +111,101 @@ def commit_region(
     )
     if deleted_keys.num_rows:
         builder = builder.when_not_matched_by_source_delete(delete_predicate(deleted_keys, primary_key))
-    builder = builder.use_index(use_index).mark_sstables_as_compacted([CompactedSsTable(region, generation)])
+    markers = [CompactedSsTable(region, generation) for region, generation in sorted(targets.items())]
+    builder = builder.use_index(use_index).mark_sstables_as_compacted(markers)
     try:
         stats: dict[str, int] = builder.execute(live)
     except OSError as exc:
         if STALE_MARKER in str(exc):
             raise StaleMergeError(
-                f"region {region}: generation {generation} was already merged by another merger"
+                f"{len(targets)} region(s): a region was already merged past its target by another merger"
             ) from exc
         raise
     return stats
 
 
-def same_region_commits(table: MemWalTable, region: str, read_version: int, version: int) -> list[int]:
-    """Versions strictly between `read_version` and our commit `version` that moved `region`'s progress.
+def commit_region(
+    dataset: lance.LanceDataset,
+    primary_key: Sequence[str],
+    region: str,
+    generation: int,
+    live: pa.Table | pa.RecordBatchReader,
+    deleted_keys: pa.Table,
+    *,
+    use_index: bool,
+) -> dict[str, int]:
+    """One region's commit: a batch of one."""
+    return commit_batch(dataset, primary_key, {region: generation}, live, deleted_keys, use_index=use_index)
+
+
+def moved_regions(table: MemWalTable, regions: Collection[str], read_version: int, version: int) -> set[str]:
+    """Which of `regions` had their progress moved by a version strictly between our read and our commit.
 
     Lance rebases a merge commit over a non-overlapping one without re-running
     its join, so a delete predicate never sees keys a concurrent merger of the
-    same region inserted in between. Any version listed here means our deletes
-    must be re-applied.
+    same region inserted in between. A region listed here must have its
+    deletes re-applied. One manifest read per intervening version, whatever
+    the number of regions.
     """
     if version <= read_version + 1:
-        return []
-    before = table.index_details(read_version).merged_generation(region)
-    return [
-        v
-        for v in range(read_version + 1, version)
-        if table.index_details(v).merged_generation(region) != before
-    ]
+        return set()
+    before = table.index_details(read_version).merged
+    moved: set[str] = set()
+    for between in range(read_version + 1, version):
+        merged = table.index_details(between).merged
+        moved.update(r for r in regions if merged.get(r, 0) != before.get(r, 0))
+    return moved
+
+
+def choose_index(source_rows: int, base_rows: int, has_key_index: bool) -> tuple[bool, str]:
+    """Whether the commit should find matching rows through Lance's key index, and why.
+
+    The index pays off while the source is small next to the base table;
+    past that, one scan of the key column is cheaper than as many index
+    look-ups (crossover measured by bench/merge_index.py).
+    """
+    if not has_key_index:
+        return False, "no scalar index on the primary key"
+    if source_rows * INDEX_SOURCE_RATIO <= base_rows:
+        return True, f"{source_rows} source rows <= base {base_rows} rows / {INDEX_SOURCE_RATIO}"
+    return (
+        False,
+        f"{source_rows} source rows > base {base_rows} rows / {INDEX_SOURCE_RATIO}: a scan is cheaper",
+    )
+
+
+def commit_checked(
+    table: MemWalTable,
+    dataset: lance.LanceDataset,
+    primary_key: Sequence[str],
+    targets: Mapping[str, int],
+    live: pa.Table | pa.RecordBatchReader,
+    deleted_keys: Callable[[Set[str]], pa.Table],
+    *,
+    use_index: bool,
+) -> tuple[dict[str, int], int]:
+    """`commit_batch` on `dataset` as read, then re-apply the deletes of any region merged in between.
+
+    Leases rule a same-region commit in between out while they are honoured;
+    this is the backstop for an expired lease or a merger that ignores them.
+    `deleted_keys(regions)` gives those regions' deleted keys. Returns Lance's
+    statistics and the table version that holds the merge.
+    """
+    read_version = int(dataset.version)
+    stats = commit_batch(dataset, primary_key, targets, live, deleted_keys(set(targets)), use_index=use_index)
+    version = int(dataset.version)
+    moved = moved_regions(table, targets, read_version, version)
+    if moved:
+        log.warning(
+            "regions %s: merged concurrently by another merger in versions %d..%d; re-applying deletes",
+            sorted(moved),
+            read_version + 1,
+            version - 1,
+        )
+        repaired = reapply_deletes(dataset, primary_key, deleted_keys(moved))
+        stats = {**stats, "num_deleted_rows": stats.get("num_deleted_rows", 0) + repaired}
+        version = int(dataset.version)
+    return stats, version
 
 
 def reapply_deletes(dataset: lance.LanceDataset, primary_key: Sequence[str], deleted_keys: pa.Table) -> int:

@@ -1,33 +1,34 @@
-"""Merge engines: how a region's pending generations become one collapsed source.
+"""Merge engines: how a batch of region prefixes becomes one collapsed merge source.
 
-Both engines take the same plan and must give the same rows. `local` is
-pyarrow in-process (no JVM); `spark` reads generations on executors.
+Both engines take the same plans and must give the same rows. `local` is
+pyarrow in-process (no JVM), regions in parallel threads; `spark` spreads
+(region, key partition) units of every region in the batch over executors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import pyarrow as pa
 
 from memwal_core.errors import BadInputError
-from memwal_core.services.merge.collapse import Collapsed, collapse_local
+from memwal_core.services.merge.collapse import BatchCollapse, collapse_in_process
 from memwal_core.services.merge.plan import RegionMergePlan
 
 
 class MergeEngine(Protocol):
-    """Turns a region plan into its merge source."""
+    """Turns the region prefixes of one batch into their merge source."""
 
     name: str
 
-    def collapse(
+    def collapse_batch(
         self,
-        plan: RegionMergePlan,
+        plans: Sequence[RegionMergePlan],
         primary_key: tuple[str, ...],
         base_schema: pa.Schema,
         storage_options: Mapping[str, str],
-    ) -> Collapsed: ...
+    ) -> BatchCollapse: ...
 
 
 class LocalEngine:
@@ -35,14 +36,14 @@ class LocalEngine:
 
     name = "local"
 
-    def collapse(
+    def collapse_batch(
         self,
-        plan: RegionMergePlan,
+        plans: Sequence[RegionMergePlan],
         primary_key: tuple[str, ...],
         base_schema: pa.Schema,
         storage_options: Mapping[str, str],
-    ) -> Collapsed:
-        return collapse_local(plan.generations, plan.region, primary_key, base_schema, storage_options)
+    ) -> BatchCollapse:
+        return collapse_in_process(plans, primary_key, base_schema, storage_options)
 
 
 def make_engine(name: str, *, spark_master: str | None = None) -> MergeEngine:

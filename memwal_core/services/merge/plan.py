@@ -4,12 +4,17 @@ A plan is small, frozen and picklable, so it can be printed (`--dry-run`),
 shipped to Spark executors and retried. Each region's pending generations are
 taken strictly in ascending order from `merged + 1`, with no gap: merging past
 a generation the manifest no longer lists would skip its rows for good.
+
+Every generation carries its size (rows, bytes), which the round's memory
+budget is applied to: the sizes the region manifest records, or, where a
+writer recorded none (absent is unknown, not zero), the row count from the
+generation's own Lance manifest and the size of its data files.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from memwal_core.errors import BadInputError, CorruptMetadataError, MemwalError, NotFoundError
@@ -21,12 +26,18 @@ from memwal_core.table import MemWalTable
 
 @dataclass(frozen=True)
 class GenerationSource:
-    """One flushed generation to read: its number and its dataset URI."""
+    """One flushed generation to read: its number, its dataset URI and its size.
+
+    `path` is relative to the table root (for the object store); `rows` and
+    `bytes` are None only until `plan_merge` has measured what the manifest
+    did not record.
+    """
 
     generation: int
     uri: str
-    physical_rows: int | None = None
-    in_memory_bytes: int | None = None
+    path: str = ""
+    rows: int | None = None
+    bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,23 @@ class RegionMergePlan:
     def target_generation(self) -> int:
         """The generation the merge marks: the highest of the prefix."""
         return self.generations[-1].generation
+
+    @property
+    def rows(self) -> int:
+        return sum(g.rows or 0 for g in self.generations)
+
+    @property
+    def bytes(self) -> int:
+        return sum(g.bytes or 0 for g in self.generations)
+
+    def prefix(self, count: int) -> RegionMergePlan:
+        """The first `count` generations (what one commit merges)."""
+        return replace(self, generations=self.generations[:count])
+
+    def after(self, merged: int) -> RegionMergePlan | None:
+        """What is left once generation `merged` is merged, or None if nothing is."""
+        rest = tuple(g for g in self.generations if g.generation > merged)
+        return replace(self, merged_before=merged, generations=rest) if rest else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -103,14 +131,20 @@ def region_plan(
     if max_generations is not None:
         pending = pending[:max_generations]
     table_uri = absolute_uri(table.uri)
-    base = f"{table_uri}/{MEM_WAL_DIR}/{manifest.region}"
+    base = f"{MEM_WAL_DIR}/{manifest.region}"
     return RegionMergePlan(
         table_uri=table_uri,
         region=manifest.region,
         merged_before=merged,
         manifest_version=manifest.version,
         generations=tuple(
-            GenerationSource(g.generation, f"{base}/{g.path}", g.physical_rows, g.in_memory_bytes)
+            GenerationSource(
+                g.generation,
+                f"{table_uri}/{base}/{g.path}",
+                f"{base}/{g.path}",
+                g.physical_rows,
+                g.in_memory_bytes,
+            )
             for g in pending
         ),
     )
@@ -148,4 +182,30 @@ def plan_merge(
             continue
         if plan is not None:
             plans.append(plan)
-    return MergePlan(table.uri, dataset.version, primary_key, tuple(plans), tuple(failures))
+    return MergePlan(table.uri, dataset.version, primary_key, tuple(measured(table, plans)), tuple(failures))
+
+
+def _measure(table: MemWalTable, source: GenerationSource) -> GenerationSource:
+    """Fill in the size a writer did not record: rows from Lance's metadata, bytes from the data files."""
+    import lance
+
+    rows = source.rows
+    if rows is None:
+        try:
+            dataset = lance.dataset(source.uri, storage_options=table.storage_options.as_dict() or None)
+            rows = int(dataset.count_rows())
+        except (ValueError, OSError):
+            rows = None  # unreadable: the collapse reports it, with the generation's path
+    size = source.bytes
+    if size is None:
+        size = sum(info.size for info in table.store.list_files(f"{source.path}/data"))
+    return replace(source, rows=rows, bytes=size)
+
+
+def measured(table: MemWalTable, plans: Sequence[RegionMergePlan]) -> list[RegionMergePlan]:
+    """`plans` with every generation's size known (measured in parallel where the manifest had none)."""
+    unknown = [g for p in plans for g in p.generations if g.rows is None or g.bytes is None]
+    if not unknown:
+        return list(plans)
+    sizes = {g.uri: g for g in table.store.map(lambda g: _measure(table, g), unknown)}
+    return [replace(p, generations=tuple(sizes.get(g.uri, g) for g in p.generations)) for p in plans]

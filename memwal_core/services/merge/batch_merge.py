@@ -1,0 +1,350 @@
+"""One batch of a merge round: hold its regions' leases, collapse, check, and commit once.
+
+Per region nothing changes from merging it alone: its prefix is gap-free and
+ascending, and its progress lands atomically with its rows (its marker rides
+in the batch's one commit). What a batch adds is isolation: a region whose
+collapse fails, whose lease is busy or lost, or that shares a key with
+another region is left out and reported, and the others commit. A stale
+commit (another merger moved a region) re-plans only the regions that moved,
+dropping what is now merged, and re-collapses just those.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence, Set
+from dataclasses import dataclass, field
+from functools import partial
+from itertools import chain
+from typing import Any
+
+import pyarrow as pa
+
+from memwal_core.errors import ConflictError, MemwalError
+from memwal_core.model.details_lease import details_lease
+from memwal_core.model.lease import Lease, LeaseBusyError, LeaseLostError
+from memwal_core.services.merge.collapse import BatchCollapse, RegionCollapse, shared_key, shared_key_error
+from memwal_core.services.merge.commit import StaleMergeError, choose_index, commit_checked
+from memwal_core.services.merge.engine import MergeEngine
+from memwal_core.services.merge.plan import RegionFailure, RegionMergePlan
+from memwal_core.services.merge.result import BatchResult, RegionMergeResult
+from memwal_core.storage.retry import RetryPolicy
+from memwal_core.table import MemWalTable
+
+log = logging.getLogger(__name__)
+
+MAX_REPLANS = 8
+# A merge renews its leases before each commit; a holder silent this long is presumed dead.
+DEFAULT_LEASE_TTL = 300.0
+
+
+@dataclass(frozen=True)
+class _Committed:
+    """What one successful commit reported."""
+
+    stats: dict[str, int]
+    version: int
+    use_index: bool
+    index_reason: str
+
+
+@dataclass
+class BatchOutcome:
+    """What became of each region of a batch."""
+
+    merged: list[RegionMergeResult] = field(default_factory=list)
+    failures: list[RegionFailure] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)
+    # Regions another merger took past this batch's target: nothing left for us in this round.
+    overtaken: list[str] = field(default_factory=list)
+    commit: BatchResult | None = None
+
+    def fail(self, region: str, error: MemwalError) -> None:
+        self.failures.append(RegionFailure(region, str(error), error.exit_code))
+        log.error("region %s: %s", region, error)
+
+
+def _is_retryable_conflict(exc: BaseException) -> bool:
+    """Lance's own retries (conflict_retries) ran out; a fresh attempt may succeed."""
+    return isinstance(exc, OSError) and "Too many concurrent writers" in str(exc)
+
+
+def has_key_index(dataset: Any, primary_key: tuple[str, ...]) -> bool:
+    """Whether a scalar index covers the primary key (only then can a merge use one)."""
+    return any(list(index.field_names or []) == list(primary_key) for index in dataset.describe_indices())
+
+
+class _Sources:
+    """The collapsed parts of a batch and which part holds each region's current rows.
+
+    A region re-collapsed after a stale commit moves to the new part; its rows
+    in the old part are never read again.
+    """
+
+    def __init__(self) -> None:
+        self.parts: list[BatchCollapse] = []
+        self.owner: dict[str, int] = {}
+
+    def add(self, part: BatchCollapse) -> None:
+        self.parts.append(part)
+        for region in part.regions:
+            self.owner[region] = len(self.parts) - 1
+
+    def _regions_of(self, index: int, regions: Set[str]) -> set[str]:
+        return {r for r in regions if self.owner.get(r) == index}
+
+    def live(self, regions: set[str], schema: pa.Schema) -> pa.RecordBatchReader:
+        batches: Iterator[pa.RecordBatch] = chain.from_iterable(
+            part.live(self._regions_of(i, regions)) for i, part in enumerate(self.parts)
+        )
+        return pa.RecordBatchReader.from_batches(schema, batches)
+
+    def _tables(self, regions: Set[str], read: Callable[[BatchCollapse, set[str]], pa.Table]) -> pa.Table:
+        tables = [read(part, self._regions_of(i, regions)) for i, part in enumerate(self.parts)]
+        tables = [t for t in tables if t.num_rows]
+        return pa.concat_tables(tables) if tables else pa.table({})
+
+    def deleted_keys(self, regions: Set[str]) -> pa.Table:
+        return self._tables(regions, lambda part, mine: part.deleted_keys(mine))
+
+    def keys(self, regions: set[str]) -> pa.Table:
+        return self._tables(regions, lambda part, mine: part.keys(mine))
+
+    def figures(self, region: str) -> RegionCollapse:
+        return self.parts[self.owner[region]].regions[region]
+
+    def release(self) -> None:
+        for part in self.parts:
+            part.release()
+
+
+class BatchMerge:
+    """Merges one batch of region prefixes in one commit (see the module docstring)."""
+
+    def __init__(
+        self,
+        table: MemWalTable,
+        primary_key: tuple[str, ...],
+        engine: MergeEngine,
+        *,
+        retry: RetryPolicy,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        lease_wait: float = 0.0,
+    ) -> None:
+        self.table = table
+        self.primary_key = primary_key
+        self.engine = engine
+        self.retry = retry
+        self.lease_ttl = lease_ttl
+        self.lease_wait = lease_wait
+
+    def run(self, index: int, batch: Sequence[RegionMergePlan]) -> BatchOutcome:
+        outcome = BatchOutcome()
+        leases = self._hold(batch, outcome)
+        try:
+            held = [p for p in batch if p.region in leases]
+            if held:
+                self._merge(index, held, leases, outcome)
+        finally:
+            self.table.store.map(lambda lease: lease.release(), list(leases.values()))
+        return outcome
+
+    def _hold(self, batch: Sequence[RegionMergePlan], outcome: BatchOutcome) -> dict[str, Lease]:
+        """Take every region's merge lease (in parallel); a busy region is skipped, as when merged alone."""
+
+        def take(plan: RegionMergePlan) -> Lease | None:
+            lease = Lease(self.table.store, f"merge-{plan.region}", ttl=self.lease_ttl)
+            try:
+                return lease.acquire(wait=self.lease_wait)
+            except LeaseBusyError as exc:
+                log.info("region %s: skipped, %s", plan.region, exc)
+                return None
+
+        leases = dict(zip([p.region for p in batch], self.table.store.map(take, batch), strict=True))
+        outcome.busy.extend(r for r, lease in leases.items() if lease is None)
+        return {r: lease for r, lease in leases.items() if lease is not None}
+
+    def _collapse(
+        self, plans: Sequence[RegionMergePlan], sources: _Sources, outcome: BatchOutcome
+    ) -> set[str]:
+        """Collapse `plans` into a new part of `sources`; the regions that collapsed."""
+        schema = self.table.dataset().schema
+        try:
+            part = self.engine.collapse_batch(plans, self.primary_key, schema, self.table.storage_options)
+        except MemwalError as exc:
+            for plan in plans:
+                outcome.fail(plan.region, exc)
+            return set()
+        sources.add(part)
+        for region, error in part.failures.items():
+            outcome.fail(region, error)
+        return set(part.regions)
+
+    def _refuse_shared_keys(self, included: set[str], sources: _Sources, outcome: BatchOutcome) -> None:
+        """Leave out every group of regions that hold the same key (corruption), until none does."""
+        while len(included) > 1:
+            found = shared_key(sources.keys(included), self.primary_key)
+            if found is None:
+                return
+            key, regions = found
+            error = shared_key_error(key, regions)
+            for region in regions:
+                outcome.fail(region, error)
+                included.discard(region)
+
+    def _keep_leases(self, included: set[str], leases: dict[str, Lease], outcome: BatchOutcome) -> None:
+        """Renew what is due; a region whose lease was taken over is left out of the commit."""
+
+        def keep(region: str) -> LeaseLostError | None:
+            try:
+                leases[region].ensure()
+            except LeaseLostError as exc:
+                return exc
+            return None
+
+        regions = sorted(included)
+        for region, lost in zip(regions, self.table.store.map(keep, regions), strict=True):
+            if lost is not None:
+                outcome.fail(region, lost)
+                included.discard(region)
+
+    def _merge(
+        self, index: int, held: list[RegionMergePlan], leases: dict[str, Lease], outcome: BatchOutcome
+    ) -> None:
+        plans = {p.region: p for p in held}
+        sources = _Sources()
+        started = time.perf_counter()
+        try:
+            included = self._collapse(held, sources, outcome)
+            self._refuse_shared_keys(included, sources, outcome)
+            collapsed_at = time.perf_counter()
+            replans = 0
+            while included:
+                self._keep_leases(included, leases, outcome)
+                if not included:
+                    return
+                try:
+                    committed = self.retry.run(
+                        partial(self._commit, plans, set(included), sources), _is_retryable_conflict
+                    )
+                except StaleMergeError:
+                    replans += 1
+                    if replans > MAX_REPLANS:
+                        raise
+                    redo = self._replan(plans, included, outcome)
+                    included |= self._collapse(redo, sources, outcome) if redo else set()
+                    self._refuse_shared_keys(included, sources, outcome)
+                    collapsed_at = time.perf_counter()
+                    continue
+                except OSError as exc:
+                    first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+                    for region in sorted(included):
+                        outcome.fail(region, MemwalError(f"commit failed: {first}"))
+                    return
+                seconds = (collapsed_at - started, time.perf_counter() - collapsed_at)
+                outcome.commit = self._record(
+                    index, plans, included, sources, outcome, committed, replans, seconds
+                )
+                return
+        finally:
+            sources.release()
+
+    def _commit(self, plans: dict[str, RegionMergePlan], included: set[str], sources: _Sources) -> _Committed:
+        """One marked commit of every included region, then the same-region rebase check."""
+        # The snapshot builder rewrites the progress this commit records: never both at once.
+        with details_lease(self.table.store, ttl=self.lease_ttl):
+            dataset = self.table.dataset()
+            use_index, reason = choose_index(
+                sum(sources.figures(r).live_rows + sources.figures(r).deleted_rows for r in included),
+                int(dataset.count_rows()),
+                has_key_index(dataset, self.primary_key),
+            )
+            stats, version = commit_checked(
+                self.table,
+                dataset,
+                self.primary_key,
+                {r: plans[r].target_generation for r in included},
+                sources.live(included, dataset.schema),
+                sources.deleted_keys,
+                use_index=use_index,
+            )
+        return _Committed(stats, version, use_index, reason)
+
+    def _replan(
+        self, plans: dict[str, RegionMergePlan], included: set[str], outcome: BatchOutcome
+    ) -> list[RegionMergePlan]:
+        """After a stale commit: drop what another merger merged; the moved regions to collapse again."""
+        details = self.table.index_details()
+        redo = []
+        for region in sorted(included):
+            merged = details.merged_generation(region)
+            if merged == plans[region].merged_before:
+                continue
+            included.discard(region)
+            rest = plans[region].after(merged)
+            if rest is None:
+                log.info("region %s: another merger merged it first", region)
+                outcome.overtaken.append(region)
+                continue
+            log.info("region %s: another merger got to generation %d first; re-planning", region, merged)
+            plans[region] = rest
+            redo.append(rest)
+        if not redo and included and not outcome.overtaken:
+            raise ConflictError("merge commit reported stale progress, but no region's progress moved")
+        return redo
+
+    def _record(
+        self,
+        index: int,
+        plans: dict[str, RegionMergePlan],
+        included: set[str],
+        sources: _Sources,
+        outcome: BatchOutcome,
+        committed: _Committed,
+        replans: int,
+        seconds: tuple[float, float],
+    ) -> BatchResult:
+        """Each region's result (its own rows and generations) and the batch's (Lance's figures)."""
+        regions = sorted(included)
+        seconds_collapse, seconds_commit = seconds
+        for region in regions:
+            f = sources.figures(region)
+            result = RegionMergeResult(
+                region=region,
+                merged_generations=[g.generation for g in plans[region].generations],
+                rows_upserted=f.live_rows,
+                rows_deleted=f.deleted_rows,
+                rows_read=f.rows_read,
+                bytes_read=f.bytes_read,
+                seconds_collapse=seconds_collapse,
+                seconds_commit=seconds_commit,
+                table_version=committed.version,
+                replans=replans,
+                batch=index,
+            )
+            outcome.merged.append(result)
+            log.info(
+                "region %s: merged generations %s (%d upserted, %d deleted) -> table v%d",
+                region,
+                result.merged_generations,
+                result.rows_upserted,
+                result.rows_deleted,
+                committed.version,
+            )
+        stats = committed.stats
+        return BatchResult(
+            index=index,
+            regions=regions,
+            generations=sum(len(plans[r].generations) for r in regions),
+            rows_upserted=stats.get("num_inserted_rows", 0) + stats.get("num_updated_rows", 0),
+            rows_deleted=stats.get("num_deleted_rows", 0),
+            rows_read=sum(sources.figures(r).rows_read for r in regions),
+            bytes_read=sum(sources.figures(r).bytes_read for r in regions),
+            seconds_collapse=seconds_collapse,
+            seconds_commit=seconds_commit,
+            table_version=committed.version,
+            use_index=committed.use_index,
+            index_reason=committed.index_reason,
+            replans=replans,
+        )
