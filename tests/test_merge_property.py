@@ -1,4 +1,4 @@
-"""Property: any stream of writes, merged in any chunking by either engine, equals the model."""
+"""Property: any stream of writes, merged in any chunking, region subsets and batch budgets by either engine, equals the model."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
@@ -30,12 +31,17 @@ OP = st.one_of(
     st.tuples(st.just("delete"), st.lists(KEYS, min_size=1, max_size=3, unique=True)),
 )
 STREAM = st.lists(OP, min_size=1, max_size=25)
-REGIONS = 3
-CHUNKS = st.lists(st.integers(1, 4), min_size=1, max_size=6)
+REGIONS = 4
+# Each merge round: at most this many generations per region, a batch budget in rows, which regions.
+ROUND = st.tuples(st.integers(1, 4), st.integers(1, 40), st.sets(st.integers(0, REGIONS - 1), min_size=1))
+ROUNDS = st.lists(ROUND, min_size=1, max_size=6)
+
+
+Round = tuple[int, int, set[int]]
 
 
 def run_property(
-    engine: MergeEngine, stream: list[tuple[str, list[int]]], chunks: list[int], memtable_rows: int
+    engine: MergeEngine, stream: list[tuple[str, list[int]]], rounds: list[Round], memtable_rows: int
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         table = ModelTable(Path(tmp) / "t", SCHEMA, ["id"], [{"id": i, "v": -i} for i in range(0, 40, 2)])
@@ -49,9 +55,17 @@ def run_property(
                 if rows:
                     table.write(region, [(kind, rows)], memtable_rows=memtable_rows)
         with MemWalTable.open(table.uri) as opened:
-            for chunk in [*chunks, 10_000]:
-                result = merge(opened, max_generations=chunk, engine=engine)
+            for chunk, budget_rows, chosen in [*rounds, (10_000, 10_000, set(range(REGIONS)))]:
+                result = merge(
+                    opened,
+                    regions=[regions[i] for i in sorted(chosen) if regions[i] in opened.region_ids()],
+                    max_generations=chunk,
+                    engine=engine,
+                    budget=MergeBudget(budget_rows, 10**9),
+                )
                 assert not result.failures, result.failures
+                for batch in result.batches:
+                    assert len(batch.regions) == len(set(batch.regions))
             final = status(opened)
         assert final.pending_total == 0
         for region in final.regions:
@@ -63,11 +77,11 @@ def run_property(
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(stream=STREAM, chunks=CHUNKS, memtable_rows=st.integers(2, 8))
+@given(stream=STREAM, rounds=ROUNDS, memtable_rows=st.integers(2, 8))
 def test_local_engine_matches_model(
-    stream: list[tuple[str, list[int]]], chunks: list[int], memtable_rows: int
+    stream: list[tuple[str, list[int]]], rounds: list[Round], memtable_rows: int
 ) -> None:
-    run_property(LocalEngine(), stream, chunks, memtable_rows)
+    run_property(LocalEngine(), stream, rounds, memtable_rows)
 
 
 def test_spark_engine_matches_model(spark: Any) -> None:
@@ -80,8 +94,8 @@ def test_spark_engine_matches_model(spark: Any) -> None:
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
-    @given(stream=STREAM, chunks=CHUNKS, memtable_rows=st.integers(2, 8))
-    def check(stream: list[tuple[str, list[int]]], chunks: list[int], memtable_rows: int) -> None:
-        run_property(engine, stream, chunks, memtable_rows)
+    @given(stream=STREAM, rounds=ROUNDS, memtable_rows=st.integers(2, 8))
+    def check(stream: list[tuple[str, list[int]]], rounds: list[Round], memtable_rows: int) -> None:
+        run_property(engine, stream, rounds, memtable_rows)
 
     check()

@@ -213,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-batch-bytes",
         type=int,
         metavar="B",
-        help="collapse at most B bytes of generations per commit (default: an eighth of the machine's memory)",
+        help="collapse at most B bytes of generations per commit (default: a sixteenth of the machine's memory)",
     )
     _engine_arguments(p, "where generations are collapsed")
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")

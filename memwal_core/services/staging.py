@@ -37,6 +37,8 @@ def unstage_batches(
     return reader.read_all(batch_size=STREAM_BATCH_ROWS).to_batches()
 
 
-def unstage(uri: str, storage_options: Mapping[str, str], *, columns: Sequence[str] | None = None) -> pa.Table:
+def unstage(
+    uri: str, storage_options: Mapping[str, str], *, columns: Sequence[str] | None = None
+) -> pa.Table:
     """A staged file's rows (or only `columns` of them), whole."""
     return unstage_batches(uri, storage_options, columns=columns).read_all()

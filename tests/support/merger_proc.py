@@ -1,25 +1,42 @@
-"""A merger process for race and crash tests: `python -m tests.support.merger_proc URI ROUNDS SEED`.
+"""A merger process for race and crash tests.
 
-Each round merges a random number of generations per region and prints one
-JSON line with what it merged and any failures.
+`python -m tests.support.merger_proc URI ROUNDS SEED [--region R] [--max-batch-rows N]`
+
+Each round merges a random number of generations per region (only region R
+with --region, in batches of at most N generation rows with --max-batch-rows)
+and prints one JSON line with what it merged and any failures.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
-import sys
 
+from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.merge.service import merge
 from memwal_core.table import MemWalTable
 
 
 def main() -> None:
-    uri, rounds, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    rng = random.Random(seed)
-    with MemWalTable.open(uri) as table:
-        for _ in range(rounds):
-            result = merge(table, max_generations=rng.randint(1, 3))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("uri")
+    parser.add_argument("rounds", type=int)
+    parser.add_argument("seed", type=int)
+    parser.add_argument("--region")
+    parser.add_argument("--max-batch-rows", type=int)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    budget = MergeBudget.default(max_rows=args.max_batch_rows)
+    with MemWalTable.open(args.uri) as table:
+        for _ in range(args.rounds):
+            result = merge(
+                table,
+                regions=[args.region] if args.region else None,
+                max_generations=rng.randint(1, 3),
+                budget=budget,
+                lease_wait=rng.uniform(0, 0.2),
+            )
             print(json.dumps(result.to_json()), flush=True)
 
 

@@ -199,13 +199,15 @@ def shared_key(keys: pa.Table, primary_key: Sequence[str]) -> tuple[tuple[object
     if keys.num_rows == 0:
         return None
     frame = pd.DataFrame({k: keys.column(k).to_pandas() for k in [*primary_key, REGION_COLUMN]})
-    repeated = frame[frame.duplicated(subset=list(primary_key), keep=False)]
-    if repeated.empty:
+    repeated = frame.duplicated(subset=list(primary_key), keep=False).to_numpy()
+    if not repeated.any():
         return None
-    first = repeated.iloc[0]
-    key = tuple(first[k] for k in primary_key)
-    same = repeated[(repeated[list(primary_key)] == pd.Series(key, index=list(primary_key))).all(axis=1)]
-    return key, sorted(set(same[REGION_COLUMN]))
+    first = int(repeated.argmax())
+    same = repeated.copy()
+    for k in primary_key:
+        same &= (frame[k] == frame[k].iloc[first]).to_numpy()
+    key = tuple(keys.column(k)[first].as_py() for k in primary_key)
+    return key, sorted(set(frame[REGION_COLUMN][same]))
 
 
 def shared_key_error(key: tuple[object, ...], regions: Sequence[str]) -> CorruptMetadataError:

@@ -1,0 +1,112 @@
+"""The batch rules of a merge round (pure: no Lance, no storage)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memwal_core.errors import BadInputError
+from memwal_core.services.merge.batch import (
+    BYTES_PER_ROW_ASSUMED,
+    MEMORY_SHARE,
+    MergeBudget,
+    machine_memory,
+    next_batch,
+)
+from memwal_core.services.merge.plan import GenerationSource, RegionMergePlan
+
+
+def region(name: str, sizes: list[int], merged: int = 0) -> RegionMergePlan:
+    """A region plan with one generation per size (rows; bytes = 10 x rows)."""
+    generations = tuple(
+        GenerationSource(merged + i + 1, f"mem://{name}/{i}", rows=n, bytes=10 * n)
+        for i, n in enumerate(sizes)
+    )
+    return RegionMergePlan("mem://t", name, merged, 1, generations)
+
+
+def all_batches(plans: list[RegionMergePlan], budget: MergeBudget) -> list[list[RegionMergePlan]]:
+    batches = []
+    pending = plans
+    while pending:
+        batch, pending = next_batch(pending, budget)
+        assert batch, "a round must always make progress"
+        batches.append(batch)
+    return batches
+
+
+def test_small_regions_share_one_batch() -> None:
+    plans = [region(f"r{i}", [100]) for i in range(16)]
+    batches = all_batches(plans, MergeBudget(max_rows=10_000, max_bytes=10**9))
+    assert len(batches) == 1
+    assert [p.region for p in batches[0]] == [f"r{i}" for i in range(16)]
+
+
+def test_a_backlog_over_budget_is_merged_as_prefixes_in_order() -> None:
+    plans = [region("big", [40] * 10)]
+    batches = all_batches(plans, MergeBudget(max_rows=100, max_bytes=10**9))
+    assert [[g.generation for g in b[0].generations] for b in batches] == [
+        [1, 2],
+        [3, 4],
+        [5, 6],
+        [7, 8],
+        [9, 10],
+    ]
+    assert [b[0].merged_before for b in batches] == [0, 2, 4, 6, 8]
+
+
+def test_a_generation_larger_than_the_budget_is_merged_alone() -> None:
+    plans = [region("huge", [500, 10]), region("small", [10])]
+    batches = all_batches(plans, MergeBudget(max_rows=100, max_bytes=10**9))
+    assert [[(p.region, p.target_generation) for p in b] for b in batches] == [
+        [("huge", 1)],
+        [("huge", 2), ("small", 1)],
+    ]
+
+
+def test_the_byte_budget_binds_too() -> None:
+    plans = [region("a", [10, 10, 10]), region("b", [10])]
+    batches = all_batches(plans, MergeBudget(max_rows=10**6, max_bytes=250))
+    assert [[(p.region, len(p.generations)) for p in b] for b in batches] == [
+        [("a", 2)],
+        [("a", 1), ("b", 1)],
+    ]
+
+
+@given(
+    sizes=st.lists(st.lists(st.integers(0, 60), min_size=1, max_size=8), min_size=1, max_size=12),
+    max_rows=st.integers(1, 200),
+)
+def test_every_generation_once_each_region_ascending_one_slice_per_batch(
+    sizes: list[list[int]], max_rows: int
+) -> None:
+    plans = [region(f"r{i:02d}", s) for i, s in enumerate(sizes)]
+    budget = MergeBudget(max_rows=max_rows, max_bytes=10**12)
+    seen: dict[str, list[int]] = {p.region: [] for p in plans}
+    for batch in all_batches(plans, budget):
+        names = [p.region for p in batch]
+        assert len(names) == len(set(names)), "a region twice in one commit"
+        rows = sum(p.rows for p in batch)
+        assert rows <= max_rows or (len(batch) == 1 and len(batch[0].generations) == 1)
+        for p in batch:
+            assert p.merged_before == (seen[p.region][-1] if seen[p.region] else 0)
+            seen[p.region].extend(g.generation for g in p.generations)
+    for p in plans:
+        assert seen[p.region] == [g.generation for g in p.generations]
+
+
+def test_default_budget_is_a_share_of_memory() -> None:
+    budget = MergeBudget.default()
+    assert budget.max_bytes == machine_memory() // MEMORY_SHARE
+    assert budget.max_rows == budget.max_bytes // BYTES_PER_ROW_ASSUMED
+    assert MergeBudget.default(max_rows=5).max_rows == 5
+
+
+def test_a_budget_must_be_positive() -> None:
+    for rows, size in [(0, 1), (1, 0), (-3, 1)]:
+        try:
+            MergeBudget(rows, size)
+        except BadInputError as exc:
+            assert "--max-batch-" in str(exc)
+        else:
+            raise AssertionError(f"MergeBudget({rows}, {size}) accepted")

@@ -1,0 +1,254 @@
+"""Merge rounds: many regions in one commit, isolation of a bad region, races and crashes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from memwal_core.errors import BadInputError
+from memwal_core.services.merge.batch import MergeBudget
+from memwal_core.services.merge.engine import LocalEngine, MergeEngine
+from memwal_core.services.merge.service import merge
+from memwal_core.services.status import status
+from memwal_core.table import MemWalTable
+from tests.support.model import ModelTable
+from tests.support.tables import assert_progress_never_decreases, progress_history
+from tests.test_merge_races import lease_records
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+        pa.field("v", pa.string()),
+    ]
+)
+
+
+@pytest.fixture(params=["local", "spark"])
+def engine(request: pytest.FixtureRequest) -> MergeEngine:
+    if request.param == "local":
+        return LocalEngine()
+    from memwal_core.services.merge.spark_engine import SparkEngine
+
+    return SparkEngine(request.getfixturevalue("spark"), min_rows_per_task=8)
+
+
+def regions_table(path: Path, regions: int, generations: int, rows: int = 6) -> tuple[ModelTable, list[str]]:
+    """`regions` regions with disjoint keys (region r owns r*1000..), `generations` each, updates and deletes."""
+    table = ModelTable(path, SCHEMA, ["id"], [{"id": i, "v": "base"} for i in range(0, 16_000, 500)])
+    ids = [str(uuid.UUID(int=r + 1, version=4)) for r in range(regions)]
+    for r, region in enumerate(ids):
+        for g in range(generations):
+            keys = range(r * 1000, r * 1000 + rows)
+            table.write(
+                region,
+                [("put", [{"id": k, "v": f"r{r}g{g}"} for k in keys]), ("delete", [{"id": r * 1000 + g}])],
+                memtable_rows=100,
+            )
+    return table, ids
+
+
+def progress(uri: str) -> dict[str, int]:
+    with MemWalTable.open(uri) as table:
+        return {r.region: r.merged_generation for r in status(table).regions}
+
+
+def test_sixteen_regions_merge_in_one_commit(tmp_path: Path, engine: MergeEngine) -> None:
+    table, ids = regions_table(tmp_path / "t", regions=16, generations=2)
+    before = table.dataset().version
+    with MemWalTable.open(table.uri) as opened:
+        result = merge(opened, engine=engine)
+    assert not result.failures
+    assert len(result.batches) == 1 and result.batches[0].regions == sorted(ids)
+    assert table.dataset().version == before + 1, "one commit for every region"
+    assert {r.region: r.merged_generations for r in result.regions} == {r: [1, 2] for r in ids}
+    assert all(r.table_version == before + 1 and r.batch == 1 for r in result.regions)
+    table.assert_merged()
+    assert set(progress(table.uri).values()) == {2}
+
+
+def test_missing_generation_in_a_batch_of_eight(tmp_path: Path, engine: MergeEngine) -> None:
+    table, ids = regions_table(tmp_path / "t", regions=8, generations=2)
+    broken = ids[3]
+    region_dir = Path(table.uri) / "_mem_wal" / broken
+    generation_dir = next(region_dir.glob("*_gen_1"))
+    moved = tmp_path / "away"
+    shutil.move(generation_dir, moved)
+    with MemWalTable.open(table.uri) as opened:
+        result = merge(opened, engine=engine)
+    assert [f.region for f in result.failures] == [broken]
+    failure = result.failures[0]
+    assert failure.exit_code == BadInputError.exit_code
+    assert "generation 1" in failure.error and generation_dir.name in failure.error
+    assert "\n" not in failure.error
+    assert sorted(r.region for r in result.regions) == sorted(set(ids) - {broken})
+    after = progress(table.uri)
+    assert after[broken] == 0
+    assert all(after[r] == 2 for r in ids if r != broken)
+    # Put it back: the region merges, and the whole table equals the model.
+    shutil.move(moved, generation_dir)
+    with MemWalTable.open(table.uri) as opened:
+        again = merge(opened, engine=engine)
+    assert not again.failures and [r.region for r in again.regions] == [broken]
+    table.assert_merged()
+
+
+def test_two_regions_holding_one_key_are_refused(tmp_path: Path, engine: MergeEngine) -> None:
+    table = ModelTable(tmp_path / "t", SCHEMA, ["id"], [{"id": i, "v": "base"} for i in range(20)])
+    a, b, clean = (str(uuid.UUID(int=n, version=4)) for n in (1, 2, 3))
+    table.write(a, [("put", [{"id": 5, "v": "from a"}, {"id": 100, "v": "a"}])])
+    table.write(b, [("put", [{"id": 200, "v": "b"}]), ("delete", [{"id": 5}])])
+    version = table.dataset().version
+    with MemWalTable.open(table.uri) as opened:
+        refused = merge(opened, engine=engine, regions=[a, b])
+    assert sorted(f.region for f in refused.failures) == [a, b]
+    assert all("primary key 5" in f.error and f.exit_code == 2 for f in refused.failures)
+    assert table.dataset().version == version, "nothing may be committed for a refused batch"
+    assert not refused.regions and not refused.batches
+    table.write(clean, [("put", [{"id": 300, "v": "c"}])])
+    with MemWalTable.open(table.uri) as opened:
+        mixed = merge(opened, engine=engine)
+    assert sorted(f.region for f in mixed.failures) == [a, b]
+    assert [r.region for r in mixed.regions] == [clean], "a clean region still merges"
+    assert progress(table.uri) == {a: 0, b: 0, clean: 1}
+
+
+def run_mergers(uri: str, commands: list[list[str]]) -> list[list[dict[str, Any]]]:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.support.merger_proc", uri, *command],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for command in commands
+    ]
+    rounds = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+        rounds.append([json.loads(line) for line in out.splitlines()])
+    return rounds
+
+
+def test_batch_mergers_race_a_single_region_merger(tmp_path: Path) -> None:
+    table, ids = regions_table(tmp_path / "t", regions=6, generations=6, rows=4)
+    outputs = run_mergers(
+        table.uri,
+        [
+            ["12", "1", "--max-batch-rows", "20"],
+            ["12", "2", "--max-batch-rows", "9"],
+            ["12", "3", "--region", ids[2]],
+        ],
+    )
+    for rounds in outputs:
+        for r in rounds:
+            assert r["failures"] == [], r["failures"]
+    merged_by = [
+        sum(len(reg["merged_generations"]) for r in rounds for reg in r["regions"]) for rounds in outputs
+    ]
+    print(f"generations merged by each merger: {merged_by}")
+    with MemWalTable.open(table.uri) as opened:
+        merge(opened)
+        assert status(opened).pending_total == 0
+    assert_progress_never_decreases(progress_history(table.uri))
+    table.assert_merged()
+
+
+# The Spark merger starts its JVM after taking its first leases: its kills come later.
+@pytest.mark.parametrize(
+    ("engine_name", "runs", "delay"), [("local", 6, (0.0, 0.4)), ("spark", 3, (4.0, 12.0))]
+)
+def test_killed_batch_merger_converges_on_rerun(
+    tmp_path: Path, engine_name: str, runs: int, delay: tuple[float, float]
+) -> None:
+    """kill -9 at random moments of a batched merge (collapsing, staging on Spark, committing, between batches)."""
+    table, _ids = regions_table(tmp_path / "t", regions=6, generations=6, rows=200)
+    rng = random.Random(5)
+    kills = 0
+    for _ in range(runs):
+        before = table.dataset().version
+        started_work = lease_records(table.uri)
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "memwal_core.cli.main", "merge", table.uri),
+                *("--max-batch-rows", "250", "--engine", engine_name, "--spark-master", "local[2,2]"),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 120
+        while (
+            lease_records(table.uri) == started_work and proc.poll() is None and time.monotonic() < deadline
+        ):
+            time.sleep(0.005)
+        time.sleep(rng.uniform(*delay))
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            kills += 1
+        proc.wait()
+        print(f"killed: {proc.returncode < 0}, versions committed: {table.dataset().version - before}")
+        with MemWalTable.open(table.uri) as opened:
+            status(opened)
+        assert_progress_never_decreases(progress_history(table.uri))
+    assert kills >= 1
+    with MemWalTable.open(table.uri) as opened:
+        result = merge(opened, budget=MergeBudget(250, 10**9))
+        assert not result.failures
+        assert status(opened).pending_total == 0
+    table.assert_merged()
+
+
+def peak_mib(tmp_path: Path, uri: str, *args: str) -> int:
+    """Peak resident memory of a `memwal merge` process, as it measured itself."""
+    out = tmp_path / f"peak-{uuid.uuid4().hex}"
+    subprocess.run(
+        [sys.executable, "-m", "tests.support.peak_rss", str(out), "merge", uri, *args],
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return int(out.read_text()) // 1024
+
+
+def test_memory_stays_within_the_budget(tmp_path: Path) -> None:
+    """A one-region backlog 10x the byte budget: the merge's peak grows with the budget, not the backlog."""
+    import lance
+
+    budget_mib = 32
+    table = ModelTable(tmp_path / "t", SCHEMA, ["id"], [{"id": i, "v": "base"} for i in range(1000)])
+    region = str(uuid.uuid4())
+    with lance.dataset(table.uri).mem_wal_writer(
+        region, max_memtable_rows=8000, durable_write=False
+    ) as writer:
+        for g in range(40):  # 40 generations of 8,000 rows of ~1 KB: ~330 MB, 10x the budget
+            ids = pa.array(range(g * 8000, (g + 1) * 8000), pa.int64())
+            writer.put(pa.table({"id": ids, "v": ["x" * 1000] * 8000}, schema=SCHEMA))
+    copies = {}
+    for name in ("floor", "bounded", "unbounded"):
+        copies[name] = str(tmp_path / name)
+        shutil.copytree(table.uri, copies[name])
+    floor = peak_mib(tmp_path, copies["floor"], "--dry-run")
+    bounded = peak_mib(tmp_path, copies["bounded"], "--max-batch-bytes", str(budget_mib << 20))
+    unbounded = peak_mib(tmp_path, copies["unbounded"], "--max-batch-bytes", str(1 << 40))
+    print(f"peak MiB: floor {floor}, budget {budget_mib} MiB {bounded}, no budget {unbounded}")
+    bound = floor + 10 * budget_mib
+    assert bounded <= bound, f"peak {bounded} MiB over {bound} MiB with a {budget_mib} MiB budget"
+    assert unbounded > bound, "the backlog is too small for this test to tell a budget from none"
+    assert progress(copies["bounded"]) == {region: 40}
