@@ -110,3 +110,14 @@ def test_a_budget_must_be_positive() -> None:
             assert "--max-batch-" in str(exc)
         else:
             raise AssertionError(f"MergeBudget({rows}, {size}) accepted")
+
+
+def test_the_key_index_only_for_small_upsert_only_commits() -> None:
+    from memwal_core.services.merge.commit import INDEX_SOURCE_RATIO, choose_index
+
+    base = 16_000_000
+    assert choose_index(100, 0, base, True)[0]
+    assert choose_index(base // INDEX_SOURCE_RATIO, 0, base, True)[0]
+    assert not choose_index(base // INDEX_SOURCE_RATIO + 1, 0, base, True)[0]
+    assert choose_index(100, 5, base, True) == (False, "deletes scan the whole base table anyway")
+    assert not choose_index(1, 0, base, False)[0]

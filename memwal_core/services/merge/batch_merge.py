@@ -256,7 +256,8 @@ class BatchMerge:
         with details_lease(self.table.store, ttl=self.lease_ttl):
             dataset = self.table.dataset()
             use_index, reason = choose_index(
-                sum(sources.figures(r).live_rows + sources.figures(r).deleted_rows for r in included),
+                sum(sources.figures(r).live_rows for r in included),
+                sum(sources.figures(r).deleted_rows for r in included),
                 int(dataset.count_rows()),
                 has_key_index(dataset, self.primary_key),
             )
