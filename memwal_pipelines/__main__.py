@@ -5,7 +5,7 @@ written by Lance's own MemWAL writer) if it is missing, then does in one
 process what the daemon does over time, recording every run in a local
 Dagster instance (DAGSTER_HOME, default `.dagster_home/`) so `dagster dev`
 shows them afterwards: one sensor tick (regions become partitions, backlogs
-are observed), one merge run per region, then catch-up, snapshot,
+are observed), one merge run (a round over every region), then catch-up, snapshot,
 compaction, retention, GC (its job runs the blocking LSM-consistency check
 first) and the asset checks. Prints one line per run with its main figures,
 then the table's status.
@@ -77,27 +77,29 @@ def run_once(table: TableConfig) -> list[str]:
     for event in tick.asset_events:
         instance.report_runless_asset_event(event)
     lines = []
-    runs = [("merge", r.partition_key) for r in tick.run_requests or []]
-    runs += [(job, None) for job in AFTER_MERGES]
-    for job, partition in runs:
+    # The sensor asks for one merge run: a round over every region (a partition range).
+    runs = [("merge", dict(r.tags)) for r in tick.run_requests or []]
+    runs += [(job, {}) for job in AFTER_MERGES]
+    for job, tags in runs:
         result = definitions.resolve_job_def(f"{table.name}_{job}").execute_in_process(
-            instance=instance, partition_key=partition, raise_on_error=False
+            instance=instance, tags=tags, raise_on_error=False
         )
         outcome = "ok" if result.success else "FAILED"
-        lines.append(
-            f"{job:<10} {partition or '':<36}  {outcome:<6}  run {result.run_id}  {_figures(result)}"
-        )
+        lines.append(f"{job:<10}  {outcome:<6}  run {result.run_id}  {_figures(result)}")
     return lines
 
 
 def _figures(result: Any) -> str:
-    """A run's main figures and check verdicts, e.g. `fragments_after=1 lsm_consistency=passed`."""
-    shown = [
-        f"{key}={event.materialization.metadata[key].value}"
-        for event in result.get_asset_materialization_events()
-        for key in SHOWN
-        if key in event.materialization.metadata
-    ]
+    """A run's main figures, summed over the regions it materialized, and its check verdicts."""
+    events = result.get_asset_materialization_events()
+    partitions = {e.partition for e in events if e.partition}
+    totals: dict[str, Any] = {}
+    for event in events:
+        for key in SHOWN:
+            if key in event.materialization.metadata:
+                totals[key] = totals.get(key, 0) + event.materialization.metadata[key].value
+    shown = [f"regions={len(partitions)}"] if partitions else []
+    shown += [f"{key}={value}" for key, value in totals.items()]
     shown += [
         f"{check.check_name}={'passed' if check.passed else 'FAILED'}"
         for check in result.get_asset_check_evaluations()

@@ -4,7 +4,9 @@
   backlog, its bytes and the age of its oldest generation; Lance's writer
   makes the data).
 - `{table}/base_table`: per region, materialised by an ordered merge of that
-  region's pending generations.
+  region's pending generations. One run merges every region it covers as one
+  round (many regions per commit) and records a materialization for each
+  region it merged, with that region's figures.
 - `{table}/indexes`: the maintained base-table indexes, caught up.
 - `{table}/region_snapshot`: the MemWAL index's region snapshot.
 - `{table}/status`: regions, progress and backlog, for the UI.
@@ -18,8 +20,9 @@ Every service result becomes materialization metadata the same way
 versions over time.
 """
 
+import warnings
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,13 +30,17 @@ from dagster import (
     AssetCheckKey,
     AssetExecutionContext,
     AssetKey,
+    AssetMaterialization,
     AssetsDefinition,
     AssetSpec,
+    BackfillPolicy,
+    BetaWarning,
     DynamicPartitionsDefinition,
     Failure,
     MaterializeResult,
     MetadataValue,
     OpExecutionContext,
+    Output,
     RetryRequested,
     asset,
 )
@@ -43,13 +50,19 @@ from memwal_core.services.catchup import catchup
 from memwal_core.services.compact import LocalCompactionEngine, SparkCompactionEngine, compact
 from memwal_core.services.gc import rules
 from memwal_core.services.gc.service import gc
+from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.merge.engine import LocalEngine, MergeEngine
+from memwal_core.services.merge.result import MergeResult
 from memwal_core.services.merge.service import merge
 from memwal_core.services.retain import parse_duration, retain
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
 from memwal_pipelines.config import TableConfig
+
+# A merge run is a single-run backfill over many region partitions: Dagster marks the
+# parameter beta, and its warning on every load of the definitions would only mislead users.
+warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=BetaWarning)
 
 # How long a busy region (another merger holds its lease) waits before the run retries.
 BUSY_RETRY_SECONDS = 30
@@ -224,6 +237,29 @@ def _compaction_figures(result: Any) -> dict[str, Any]:
     return {"seconds": round(result.seconds_plan + result.seconds_execute + result.seconds_commit, 4)}
 
 
+def region_figures(result: MergeResult) -> dict[str, dict[str, Any]]:
+    """Each merged region's own figures over the round (a region may span several batches)."""
+    batches = {b.index: b for b in result.batches}
+    figures: dict[str, dict[str, Any]] = {}
+    for r in result.regions:
+        batch = batches[r.batch]
+        before = figures.get(r.region, {})
+        figures[r.region] = {
+            "first_generation": before.get("first_generation", r.merged_generations[0]),
+            "merged_generation": r.merged_generations[-1],
+            "generations_merged": before.get("generations_merged", 0) + len(r.merged_generations),
+            "rows_upserted": before.get("rows_upserted", 0) + r.rows_upserted,
+            "rows_deleted": before.get("rows_deleted", 0) + r.rows_deleted,
+            "rows_read": before.get("rows_read", 0) + r.rows_read,
+            "bytes_read": before.get("bytes_read", 0) + r.bytes_read,
+            "commits": before.get("commits", 0) + 1,
+            "regions_in_commit": len(batch.regions),
+            "seconds_commit": round(before.get("seconds_commit", 0.0) + r.seconds_commit, 4),
+            "table_version": r.table_version,
+        }
+    return figures
+
+
 def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
     """Every asset of one table."""
     table = keys.table
@@ -243,30 +279,41 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         group_name=table.name,
         kinds={"lance", "spark"} if table.merge_engine == "spark" else {"lance"},
         required_resource_keys={keys.table_resource, keys.spark_resource},
-        description="The base table, per region: pending generations merged in ascending order.",
+        # A run covers many regions (a round); the asset records each region it merged itself.
+        backfill_policy=BackfillPolicy.single_run(),
+        output_required=False,
+        description="The base table, per region: pending generations merged in ascending order, "
+        "many regions per commit (one merge round per run).",
     )
-    def base_table(context: AssetExecutionContext) -> MaterializeResult:  # type: ignore[type-arg]
-        region = context.partition_key
+    def base_table(context: AssetExecutionContext) -> Iterator[Output[None]]:
+        chosen = context.partition_keys
+        everything = set(chosen) >= set(context.instance.get_dynamic_partitions(keys.regions_name))
         engine: MergeEngine = LocalEngine()
         if table.merge_engine == "spark":
             from memwal_core.services.merge.spark_engine import SparkEngine
 
             engine = SparkEngine(_spark_session(context, keys))
-
-        def run(opened: MemWalTable) -> tuple[Any, int]:
-            result = merge(
-                opened, regions=[region], max_generations=table.max_generations_per_merge, engine=engine
-            )
-            return result, opened.index_details().merged_generation(region)
-
-        result, merged = on_table(context, keys, run)
-        if result.busy:
-            context.log.info(f"region {region}: another merger holds it; retrying later")
-            raise RetryRequested(max_retries=BUSY_RETRIES, seconds_to_wait=BUSY_RETRY_SECONDS)
-        if result.failures:
-            raise Failure(description=result.failures[0].error, metadata={"region": region})
+        result = on_table(
+            context,
+            keys,
+            lambda opened: merge(
+                opened,
+                regions=None if everything else chosen,
+                max_generations=table.max_generations_per_merge,
+                engine=engine,
+                budget=MergeBudget.default(max_rows=table.max_batch_rows, max_bytes=table.max_batch_bytes),
+            ),
+        )
         context.log.info(result.to_text())
-        return MaterializeResult(metadata=service_metadata(result, merged_generation=merged))
+        for region, figures in region_figures(result).items():
+            context.log_event(AssetMaterialization(asset_key=keys.base, partition=region, metadata=figures))
+        if result.failures:
+            failed = ", ".join(f"{f.region}: {f.error}" for f in result.failures[:3])
+            raise Failure(description=f"{len(result.failures)} region(s) failed: {failed}")
+        if result.busy:
+            context.log.info(f"regions {result.busy}: another merger holds them; retrying later")
+            raise RetryRequested(max_retries=BUSY_RETRIES, seconds_to_wait=BUSY_RETRY_SECONDS)
+        yield from ()
 
     def run_compaction(context: AssetExecutionContext, opened: MemWalTable) -> Any:
         engine: Any = LocalCompactionEngine()

@@ -12,6 +12,8 @@ tables:
     storage_options_env: EVENTS_STORAGE_OPTIONS
     merge_engine: spark          # local (default) or spark
     spark_master: spark://10.0.0.5:7077
+    max_batch_rows: 1000000      # per merge commit (default: from the machine's memory)
+    max_batch_bytes: 2147483648
     max_backlog_generations: 16  # asset check thresholds
     max_pending_age_seconds: 900
     max_index_lag: 4
@@ -61,6 +63,9 @@ class TableConfig:
     merge_engine: str = "local"
     spark_master: str | None = None
     max_generations_per_merge: int | None = None
+    # What one merge commit may collapse (None: a share of the machine's memory, see README).
+    max_batch_rows: int | None = None
+    max_batch_bytes: int | None = None
     max_backlog_generations: int = 16
     max_pending_age_seconds: float = 900.0
     max_index_lag: int = 4

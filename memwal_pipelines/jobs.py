@@ -1,9 +1,8 @@
 """Jobs and schedules of one table.
 
-Concurrency (dagster.yaml): one run per region partition at a time (the
-`dagster/partition` tag carries the region id, unique across tables, and is
-set on sensor runs and UI backfills alike), one catch-up, snapshot, checks or
-upkeep run per table at a time (`memwal/service`), and one upkeep run
+Concurrency (dagster.yaml): one merge, catch-up, snapshot, checks or upkeep
+run per table at a time (`memwal/service`; a merge run is a round over all of
+the table's regions with work, so one at a time is all a table needs), and one upkeep run
 (compaction, retention, GC) in the instance at a time (`memwal/upkeep`, see
 `table_jobs`). Writers of the MemWAL index details
 (merge commits, snapshot builds) are serialised by a lease in the table's own
@@ -92,8 +91,7 @@ def table_jobs(keys: TableKeys) -> TableJobs:
         merge=job(
             "merge",
             AssetSelection.assets(keys.base).without_checks(),
-            "Merge one region's pending generations into the base table.",
-            tags={},
+            "One merge round: every covered region's pending generations, many regions per commit.",
         ),
         catchup=job(
             "catchup",

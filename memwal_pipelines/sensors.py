@@ -3,10 +3,13 @@
 `{table}_flushed_generations` reads every region's backlog (three storage
 requests per region, plus one LIST per region with a backlog), adds new
 regions as partitions, records an observation of each region whose latest
-flushed generation changed, and requests a merge run for each region with
-pending generations. Its cursor (JSON) remembers the last generation observed
-per region; run keys are `table:region:merged:latest-pending`, so the same
-backlog never starts a second run, while a new flush or a partial merge does.
+flushed generation changed, and requests ONE merge run for the table: a round
+over every region partition, which merges all regions with work in a few
+commits. Its cursor (JSON) remembers the last generation observed per region;
+the run key is a digest of every (region, merged, latest pending) triple, so
+the same backlog never starts a second run, while a new flush or a partial
+merge does. No run is requested while one of the table's merge runs is still
+queued: that run merges whatever is pending when it starts.
 
 `{table}_index_catchup` requests a catch-up run when a maintained index lags
 behind merged data, once per table version.
@@ -16,7 +19,9 @@ behind merged data, once per table version.
 work, once per table version and never while one is queued or running.
 """
 
+import hashlib
 import json
+from collections.abc import Sequence
 
 from dagster import (
     AssetObservation,
@@ -30,12 +35,32 @@ from dagster import (
     sensor,
 )
 
-from memwal_core.services.backlog import backlog
+from memwal_core.services.backlog import RegionBacklog, backlog
 from memwal_core.services.catchup import index_lag, maintained_indexes
 from memwal_core.services.compact import plan_compaction
 from memwal_pipelines.assets import TableKeys
 from memwal_pipelines.jobs import TableJobs
 from memwal_pipelines.resources import table_resource
+
+# Dagster's tags for a run over a range of partitions (a single-run backfill sets the same).
+PARTITION_RANGE_START = "dagster/asset_partition_range_start"
+PARTITION_RANGE_END = "dagster/asset_partition_range_end"
+
+
+def merge_round_request(
+    table: str, partitions: Sequence[str], regions: Sequence[RegionBacklog]
+) -> list[RunRequest]:
+    """One run covering every region partition, if any region has pending generations."""
+    pending = sorted(f"{r.region}:{r.merged_generation}:{r.pending[-1]}" for r in regions if r.pending)
+    if not pending or not partitions:
+        return []
+    digest = hashlib.sha256("\n".join(pending).encode()).hexdigest()[:16]
+    return [
+        RunRequest(
+            run_key=f"{table}:merge:{digest}",
+            tags={PARTITION_RANGE_START: partitions[0], PARTITION_RANGE_END: partitions[-1]},
+        )
+    ]
 
 
 def flushed_generations_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefinition:
@@ -45,7 +70,7 @@ def flushed_generations_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefini
         name=f"{table.name}_flushed_generations",
         job=jobs.merge,
         minimum_interval_seconds=table.sensor_interval_seconds,
-        description="New regions become partitions; new flushed generations start ordered merges.",
+        description="New regions become partitions; new flushed generations start one merge round.",
     )
     def flushed_generations(context: SensorEvaluationContext) -> SensorResult:
         observed: dict[str, int] = json.loads(context.cursor) if context.cursor else {}
@@ -68,14 +93,9 @@ def flushed_generations_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefini
             for r in found.regions
             if observed.get(r.region) != r.latest_flushed
         ]
-        runs = [
-            RunRequest(
-                run_key=f"{table.name}:{r.region}:{r.merged_generation}:{r.pending[-1]}",
-                partition_key=r.region,
-            )
-            for r in found.regions
-            if r.pending
-        ]
+        queued = context.instance.get_runs_count(RunsFilter(job_name=jobs.merge.name, statuses=QUEUED))
+        partitions = [*context.instance.get_dynamic_partitions(keys.regions_name), *new_regions]
+        runs = [] if queued else merge_round_request(table.name, partitions, found.regions)
         return SensorResult(
             run_requests=runs,
             dynamic_partitions_requests=[keys.regions.build_add_request(new_regions)] if new_regions else [],
@@ -107,6 +127,7 @@ def index_catchup_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefinition:
     return index_catchup
 
 
+QUEUED = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED]
 UNFINISHED = [
     DagsterRunStatus.QUEUED,
     DagsterRunStatus.NOT_STARTED,

@@ -3,8 +3,8 @@
 A real dagster-webserver and dagster-daemon on 127.0.0.1 (tests/support/dagster.py),
 sensors switched on through GraphQL as the UI's toggle does, generations written
 by Lance's native writer before and while the daemon runs. The tables must end
-equal to the model, and run records must show no two merge runs of one region
-overlapping.
+equal to the model, every region must have its own base_table materialization,
+and run records must show no two merge runs (rounds) of one table overlapping.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.instance.ref import InstanceRef
 
 from memwal_core.services.status import status
@@ -85,14 +85,14 @@ def wait_until_merged(deployment: DagsterDeployment, tables: dict[str, ModelTabl
     )
 
 
-def test_daemon_merges_both_tables_one_run_per_region_at_a_time(
+def test_daemon_merges_each_table_in_rounds_one_run_at_a_time(
     deployment: tuple[DagsterDeployment, dict[str, ModelTable]],
 ) -> None:
     running, tables = deployment
     assert all(pending(t) > 0 for t in tables.values())
     for name in TABLES:
         assert running.start_sensor(f"{name}_flushed_generations") == "RUNNING"
-    # A flush while the daemon is at work: the sensor must start a later merge for it.
+    # A flush while the daemon is at work: the sensor must start a later round for it.
     time.sleep(3)
     late = tables["alpha"].write(None, [("put", [{"id": 9000 + i, "v": "late"} for i in range(5)])])
     wait_until_merged(running, tables, timeout=300)
@@ -101,18 +101,23 @@ def test_daemon_merges_both_tables_one_run_per_region_at_a_time(
 
     instance = instance_of(running)
     runs = instance.get_run_records(RunsFilter(tags={}))
-    merge_runs = [r for r in runs if r.dagster_run.job_name.endswith("_merge")]
-    assert all(r.dagster_run.status == DagsterRunStatus.SUCCESS for r in merge_runs)
-    by_region: dict[str, list[tuple[float, float]]] = {}
-    for record in merge_runs:
-        region = record.dagster_run.tags["dagster/partition"]
+    by_table: dict[str, list[tuple[float, float]]] = {}
+    for record in runs:
+        if not record.dagster_run.job_name.endswith("_merge"):
+            continue
+        assert record.dagster_run.status == DagsterRunStatus.SUCCESS
         assert record.start_time is not None and record.end_time is not None
-        by_region.setdefault(region, []).append((record.start_time, record.end_time))
-    assert late in by_region, "the flush written while the daemon ran was merged by a run of its own region"
-    assert len(by_region) == 5, "two regions per table, plus the late one"
-    for region, spans in by_region.items():
+        by_table.setdefault(record.dagster_run.job_name, []).append((record.start_time, record.end_time))
+    for job, spans in by_table.items():
         for (s1, e1), (s2, e2) in itertools.combinations(sorted(spans), 2):
-            assert e1 <= s2, f"merge runs of region {region} overlapped: {s1}-{e1} and {s2}-{e2}"
+            assert e1 <= s2, f"merge runs of {job} overlapped: {s1}-{e1} and {s2}-{e2}"
+    materialized = {
+        name: instance.get_materialized_partitions(AssetKey([name, "base_table"])) for name in TABLES
+    }
+    assert late in materialized["alpha"], "the flush written while the daemon ran was merged by a later round"
+    assert sum(len(p) for p in materialized.values()) == 5, "two regions per table, plus the late one"
+    rounds = sum(len(spans) for spans in by_table.values())
+    print(f"merge runs: {rounds} for 5 regions in 2 tables")
 
 
 def test_ui_renders_the_asset_graph_and_a_region_partition(

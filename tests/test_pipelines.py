@@ -6,6 +6,8 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -15,6 +17,7 @@ import pytest
 from dagster import (
     DagsterInstance,
     DagsterRunStatus,
+    PartitionKeyRange,
     RunRequest,
     SensorResult,
     SkipReason,
@@ -30,7 +33,7 @@ from memwal_core.table import MemWalTable
 from memwal_pipelines.assets import TableKeys
 from memwal_pipelines.config import TableConfig, load_tables
 from memwal_pipelines.definitions import build_definitions, defs
-from tests.support.model import keyed_backlog_table
+from tests.support.model import KEYED_SCHEMA, ModelTable, keyed_backlog_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,8 +84,9 @@ def test_sensor_adds_regions_observes_once_and_keys_runs_by_generation(tmp_path:
     first = tick(keys, instance, None)
     assert sorted(instance.get_dynamic_partitions(keys.regions_name)) == sorted(regions)
     assert sorted(e.partition for e in first.asset_events) == sorted(regions)
-    assert sorted(r.partition_key for r in first.run_requests or []) == sorted(regions)
-    assert all(r.run_key and r.run_key.endswith(":0:2") for r in first.run_requests or [])
+    (round_request,) = first.run_requests or []
+    partitions = instance.get_dynamic_partitions(keys.regions_name)
+    assert round_request.partition_key_range == PartitionKeyRange(partitions[0], partitions[-1])
 
     again = tick(keys, instance, first.cursor)
     assert not again.asset_events, "an unchanged region is not observed again"
@@ -93,7 +97,38 @@ def test_sensor_adds_regions_observes_once_and_keys_runs_by_generation(tmp_path:
     third = tick(keys, instance, again.cursor)
     assert [list(r.partition_keys or []) for r in third.dynamic_partitions_requests or []] == [[newcomer]]
     assert [e.partition for e in third.asset_events] == [newcomer]
-    assert newcomer in {r.partition_key for r in third.run_requests or []}
+    (newer,) = third.run_requests or []
+    assert newer.run_key != round_request.run_key, "a new flush starts a new round"
+    assert newer.partition_key_range == PartitionKeyRange(partitions[0], newcomer)
+
+
+def test_one_tick_one_run_merges_sixteen_regions_each_with_its_own_figures(tmp_path: Path) -> None:
+    table = ModelTable(tmp_path / "t", KEYED_SCHEMA, ["id"], [{"id": i, "v": "base"} for i in range(100)])
+    generations = {}
+    for r in range(16):
+        region = str(uuid.UUID(int=r + 1, version=4))
+        generations[region] = r % 3 + 1
+        for g in range(generations[region]):
+            rows = [{"id": 1000 * r + k, "v": f"g{g}"} for k in range(r + 1)]
+            table.write(region, [("put", rows)], memtable_rows=100)
+    keys = TableKeys(TableConfig(name="t", uri=table.uri))
+    instance = DagsterInstance.ephemeral()
+    first = tick(keys, instance, None)
+    assert len(first.run_requests or []) == 1, "one run for the whole round"
+    result = run_job(keys, instance, "merge", tags=(first.run_requests or [])[0].tags)
+    figures = {
+        e.partition: {k: v.value for k, v in e.materialization.metadata.items()}
+        for e in result.get_asset_materialization_events()
+    }
+    assert set(figures) == set(generations)
+    for r, (region, count) in enumerate(generations.items()):
+        assert figures[region]["generations_merged"] == count
+        assert figures[region]["merged_generation"] == count
+        assert figures[region]["rows_upserted"] == r + 1
+        assert figures[region]["regions_in_commit"] == 16
+    assert len({f["table_version"] for f in figures.values()}) == 1, "one commit"
+    table.assert_merged()
+    assert not tick(keys, instance, first.cursor).run_requests, "nothing pending, no run"
 
 
 def run_job(
@@ -103,10 +138,11 @@ def run_job(
     partition: str | None = None,
     *,
     succeeds: bool = True,
+    tags: Mapping[str, str] | None = None,
 ) -> Any:
     definitions = build_definitions([keys.table])
     result = definitions.resolve_job_def(f"{keys.table.name}_{job}").execute_in_process(
-        instance=instance, partition_key=partition, raise_on_error=False
+        instance=instance, partition_key=partition, raise_on_error=False, tags=tags
     )
     assert result.success is succeeds
     return result
@@ -291,7 +327,7 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
         "demo_checks",
         "demo_compaction",
         "demo_gc",
-        *["demo_merge"] * 3,
+        "demo_merge",
         "demo_retention",
         "demo_snapshot",
     ]
@@ -319,10 +355,11 @@ def test_ingest_job_loads_files_and_the_sensor_merges_them(tmp_path: Path) -> No
     assert result.success
     output = result.output_for_node("t_ingest_files")
     assert output["rows_written"] == 5000 and len(output["regions"]) == 4
-    requests = tick(keys, instance, None).run_requests or []
-    assert sorted(r.partition_key or "" for r in requests) == sorted(r["region"] for r in output["regions"])
-    for request in requests:
-        run_job(keys, instance, "merge", request.partition_key)
+    (request,) = tick(keys, instance, None).run_requests or []
+    merged_run = run_job(keys, instance, "merge", tags=request.tags)
+    assert sorted(e.partition for e in merged_run.get_asset_materialization_events()) == sorted(
+        r["region"] for r in output["regions"]
+    )
     with MemWalTable.open(uri) as opened:
         merged = {r["id"]: (r["name"], r["score"]) for r in opened.dataset().to_table().to_pylist()}
     assert merged == model_of(rows)
