@@ -252,3 +252,59 @@ def test_memory_stays_within_the_budget(tmp_path: Path) -> None:
     assert bounded <= bound, f"peak {bounded} MiB over {bound} MiB with a {budget_mib} MiB budget"
     assert unbounded > bound, "the backlog is too small for this test to tell a budget from none"
     assert progress(copies["bounded"]) == {region: 40}
+
+
+class OutOfBandMerger:
+    """The local engine, but right after the first collapse another merger commits `region` up to
+    `generation` behind the batch's back (as a merger whose lease expired could)."""
+
+    name = "local"
+
+    def __init__(self, uri: str, region: str, generation: int) -> None:
+        self.uri, self.region, self.generation = uri, region, generation
+        self.done = False
+
+    def collapse_batch(self, plans: Any, primary_key: Any, schema: Any, options: Any) -> Any:
+        import lance
+
+        from memwal_core.services.merge.collapse import collapse_local
+        from memwal_core.services.merge.commit import commit_region
+
+        part = LocalEngine().collapse_batch(plans, primary_key, schema, options)
+        if not self.done:
+            self.done = True
+            plan = next(p for p in plans if p.region == self.region)
+            live, deleted = collapse_local(
+                plan.generations[: self.generation], self.region, primary_key, schema, {}
+            )
+            commit_region(
+                lance.dataset(self.uri),
+                primary_key,
+                self.region,
+                self.generation,
+                live,
+                deleted,
+                use_index=False,
+            )
+        return part
+
+
+@pytest.mark.parametrize("overtaken_to", [1, 2])
+def test_stale_region_in_a_batch_is_replanned_the_others_kept(tmp_path: Path, overtaken_to: int) -> None:
+    table, ids = regions_table(tmp_path / "t", regions=3, generations=2)
+    moved = ids[1]
+    with MemWalTable.open(table.uri) as opened:
+        result = merge(opened, engine=OutOfBandMerger(table.uri, moved, overtaken_to))
+    assert not result.failures
+    merged = {r.region: r for r in result.regions}
+    assert set(merged) - {moved} == {ids[0], ids[2]}
+    assert all(merged[r].merged_generations == [1, 2] for r in (ids[0], ids[2]))
+    if overtaken_to == 1:
+        assert merged[moved].merged_generations == [2], "re-planned from the progress recorded now"
+        assert merged[moved].replans == 1
+    else:
+        assert moved not in merged, "the other merger merged everything: nothing left"
+    assert len(result.batches) == 1
+    assert_progress_never_decreases(progress_history(table.uri))
+    assert set(progress(table.uri).values()) == {2}
+    table.assert_merged()

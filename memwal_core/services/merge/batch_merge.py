@@ -228,19 +228,26 @@ class BatchMerge:
                     committed = self.retry.run(
                         partial(self._commit, plans, set(included), sources), _is_retryable_conflict
                     )
-                except StaleMergeError:
+                except StaleMergeError as exc:
                     replans += 1
                     if replans > MAX_REPLANS:
-                        raise
-                    redo = self._replan(plans, included, outcome)
+                        self._fail_all(included, exc, outcome)
+                        return
+                    try:
+                        redo = self._replan(plans, included, outcome)
+                    except ConflictError as conflict:
+                        self._fail_all(included, conflict, outcome)
+                        return
                     included |= self._collapse(redo, sources, outcome) if redo else set()
                     self._refuse_shared_keys(included, sources, outcome)
                     collapsed_at = time.perf_counter()
                     continue
+                except MemwalError as exc:
+                    self._fail_all(included, exc, outcome)
+                    return
                 except OSError as exc:
                     first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
-                    for region in sorted(included):
-                        outcome.fail(region, MemwalError(f"commit failed: {first}"))
+                    self._fail_all(included, MemwalError(f"commit failed: {first}"), outcome)
                     return
                 seconds = (collapsed_at - started, time.perf_counter() - collapsed_at)
                 outcome.commit = self._record(
@@ -250,11 +257,24 @@ class BatchMerge:
         finally:
             sources.release()
 
+    @staticmethod
+    def _fail_all(included: set[str], error: MemwalError, outcome: BatchOutcome) -> None:
+        """The commit failed as a whole: every region still in it failed with it."""
+        for region in sorted(included):
+            outcome.fail(region, error)
+        included.clear()
+
     def _commit(self, plans: dict[str, RegionMergePlan], included: set[str], sources: _Sources) -> _Committed:
         """One marked commit of every included region, then the same-region rebase check."""
         # The snapshot builder rewrites the progress this commit records: never both at once.
         with details_lease(self.table.store, ttl=self.lease_ttl):
             dataset = self.table.dataset()
+            # Lance only refuses a target at or below recorded progress; a region another merger
+            # took part of the way must be re-planned too, not merged again from its old start.
+            recorded = self.table.index_details(dataset.version)
+            moved = sorted(r for r in included if recorded.merged_generation(r) != plans[r].merged_before)
+            if moved:
+                raise StaleMergeError(f"regions {moved}: progress moved since they were planned")
             use_index, reason = choose_index(
                 sum(sources.figures(r).live_rows for r in included),
                 sum(sources.figures(r).deleted_rows for r in included),
