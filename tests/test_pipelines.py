@@ -36,6 +36,7 @@ from memwal_pipelines.definitions import build_definitions, defs
 from tests.support.model import KEYED_SCHEMA, ModelTable, keyed_backlog_table
 
 ROOT = Path(__file__).resolve().parent.parent
+RANGE_TAGS = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
 
 
 def tick(keys: TableKeys, instance: DagsterInstance, cursor: str | None) -> SensorResult:
@@ -129,6 +130,22 @@ def test_one_tick_one_run_merges_sixteen_regions_each_with_its_own_figures(tmp_p
     assert len({f["table_version"] for f in figures.values()}) == 1, "one commit"
     table.assert_merged()
     assert not tick(keys, instance, first.cursor).run_requests, "nothing pending, no run"
+
+
+def test_a_backfill_of_a_region_range_merges_just_those_regions_in_one_run(tmp_path: Path) -> None:
+    table, regions = keyed_backlog_table(tmp_path / "t", regions=4)
+    keys = TableKeys(TableConfig(name="t", uri=table.uri))
+    instance = DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(keys.regions_name, regions)
+    chosen = regions[1:3]
+    # What the UI's single-run backfill launches for a contiguous selection of partitions.
+    result = run_job(
+        keys, instance, "merge", tags=dict(zip(RANGE_TAGS, [chosen[0], chosen[-1]], strict=True))
+    )
+    assert sorted(e.partition for e in result.get_asset_materialization_events()) == sorted(chosen)
+    with MemWalTable.open(table.uri) as opened:
+        pending = {r.region for r in status(opened).regions if r.pending_generations}
+    assert pending == {regions[0], regions[3]}
 
 
 def run_job(
