@@ -239,7 +239,7 @@ def _compaction_figures(result: Any) -> dict[str, Any]:
 
 def region_figures(result: MergeResult) -> dict[str, dict[str, Any]]:
     """Each merged region's own figures over the round (a region may span several batches)."""
-    batches = {b.index: b for b in result.batches}
+    batches = {b.batch: b for b in result.batches}
     figures: dict[str, dict[str, Any]] = {}
     for r in result.regions:
         batch = batches[r.batch]

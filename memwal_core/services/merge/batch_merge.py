@@ -355,7 +355,7 @@ class BatchMerge:
             )
         stats = committed.stats
         return BatchResult(
-            index=index,
+            batch=index,
             regions=regions,
             generations=sum(len(plans[r].generations) for r in regions),
             rows_upserted=stats.get("num_inserted_rows", 0) + stats.get("num_updated_rows", 0),

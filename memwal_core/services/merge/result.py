@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from memwal_core.services.merge.plan import MergePlan, RegionFailure
+
+
+def figures(result: RegionMergeResult | BatchResult) -> dict[str, Any]:
+    """A result's fields as JSON values, seconds rounded to 0.1 ms."""
+    values = {f.name: getattr(result, f.name) for f in fields(result)}
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in values.items()}
 
 
 def generation_range(generations: list[int]) -> str:
@@ -35,26 +41,14 @@ class RegionMergeResult:
     batch: int
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "region": self.region,
-            "merged_generations": self.merged_generations,
-            "rows_upserted": self.rows_upserted,
-            "rows_deleted": self.rows_deleted,
-            "rows_read": self.rows_read,
-            "bytes_read": self.bytes_read,
-            "seconds_collapse": round(self.seconds_collapse, 4),
-            "seconds_commit": round(self.seconds_commit, 4),
-            "table_version": self.table_version,
-            "replans": self.replans,
-            "batch": self.batch,
-        }
+        return figures(self)
 
 
 @dataclass(frozen=True)
 class BatchResult:
     """One commit of a round: the regions it merged and Lance's figures for it."""
 
-    index: int
+    batch: int
     regions: list[str]
     generations: int
     rows_upserted: int
@@ -69,22 +63,7 @@ class BatchResult:
     replans: int
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "batch": self.index,
-            "regions": self.regions,
-            "generations": self.generations,
-            "rows_upserted": self.rows_upserted,
-            "rows_deleted": self.rows_deleted,
-            "rows_read": self.rows_read,
-            "bytes_read": self.bytes_read,
-            "seconds_collapse": round(self.seconds_collapse, 4),
-            "seconds_commit": round(self.seconds_commit, 4),
-            "seconds": round(self.seconds_collapse + self.seconds_commit, 4),
-            "table_version": self.table_version,
-            "use_index": self.use_index,
-            "index_reason": self.index_reason,
-            "replans": self.replans,
-        }
+        return {**figures(self), "seconds": round(self.seconds_collapse + self.seconds_commit, 4)}
 
 
 @dataclass(frozen=True)
@@ -152,7 +131,7 @@ class MergeResult:
             )
         for b in self.batches:
             lines.append(
-                f"  batch {b.index}: {len(b.regions)} region(s), {b.rows_upserted} upserted, "
+                f"  batch {b.batch}: {len(b.regions)} region(s), {b.rows_upserted} upserted, "
                 f"{b.rows_deleted} deleted in one commit ({b.seconds_commit:.2f} s) -> table v{b.table_version}"
             )
         for f in self.failures:
