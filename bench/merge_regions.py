@@ -9,6 +9,7 @@ each final table checked against a model of the writes:
   (b) memwal merge, spark engine (session start and executor warm-up excluded)
   (p) the per-region floor: one marked merge_insert per region of rows collapsed in advance
   (f) the round floor: ONE marked merge_insert of every region's rows collapsed in advance
+      (the single form, as issue-era merges committed; memwal may choose the faster two-step form)
 Prints medians and the ratios (a)/(f) (aim <= 1.5), (p)/(a) (aim >= 10 at 256
 regions) and (b)/(a) (aim <= 1.5).
 
@@ -39,7 +40,7 @@ os.environ.setdefault("LANCE_LOG", "error")
 
 from bench.merge import warm_executors
 from memwal_core.services.merge.collapse import collapse_tables, read_generation
-from memwal_core.services.merge.commit import commit_batch, commit_region
+from memwal_core.services.merge.commit import SINGLE, CommitPlan, commit_batch, commit_region
 from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.plan import plan_merge
 from memwal_core.services.merge.service import merge
@@ -147,7 +148,8 @@ def run_case(name: str, args: argparse.Namespace, spark_engine: MergeEngine | No
         lives = [live for _g, live, _d in prepared.values()]
         deleted = pa.concat_tables([d for _g, _l, d in prepared.values()])
         targets = {region: g for region, (g, _l, _d) in prepared.items()}
-        commit_batch(lance.dataset(uri), ("id",), targets, pa.concat_tables(lives), deleted, use_index=False)
+        floor = CommitPlan(SINGLE, False, False, "the round floor: one commit")
+        commit_batch(lance.dataset(uri), ("id",), targets, pa.concat_tables(lives), deleted, plan=floor)
 
     def region_floor() -> None:
         for region, (g, live, deleted) in prepared.items():

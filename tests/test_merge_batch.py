@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -112,12 +113,24 @@ def test_a_budget_must_be_positive() -> None:
             raise AssertionError(f"MergeBudget({rows}, {size}) accepted")
 
 
-def test_the_key_index_only_for_small_upsert_only_commits() -> None:
-    from memwal_core.services.merge.commit import INDEX_SOURCE_RATIO, choose_index
+def test_commit_form_and_index_use() -> None:
+    from memwal_core.errors import BadInputError
+    from memwal_core.services.merge.commit import INDEX_SOURCE_RATIO, SINGLE, TWO_STEP, choose_commit
 
     base = 16_000_000
-    assert choose_index(100, 0, base, True)[0]
-    assert choose_index(base // INDEX_SOURCE_RATIO, 0, base, True)[0]
-    assert not choose_index(base // INDEX_SOURCE_RATIO + 1, 0, base, True)[0]
-    assert choose_index(100, 5, base, True) == (False, "deletes scan the whole base table anyway")
-    assert not choose_index(1, 0, base, False)[0]
+    small = base // INDEX_SOURCE_RATIO
+    upsert_only = choose_commit(small, 0, base, True)
+    assert (upsert_only.form, upsert_only.upsert_index) == (SINGLE, True)
+    assert not choose_commit(small + 1, 0, base, True).upsert_index
+    with_deletes = choose_commit(3000, 200, base, True)
+    assert (with_deletes.form, with_deletes.delete_index, with_deletes.upsert_index) == (
+        TWO_STEP,
+        True,
+        False,
+    )
+    assert not choose_commit(3000, 200, base, False).delete_index, "no key index: the delete scans"
+    forced = choose_commit(small, 200, base, True, form=SINGLE)
+    assert (forced.form, forced.delete_index, forced.upsert_index) == (SINGLE, False, False)
+    assert choose_commit(5, 0, base, True, form=TWO_STEP).form == TWO_STEP
+    with pytest.raises(BadInputError, match="unknown commit form"):
+        choose_commit(1, 1, 1, True, form="three-step")

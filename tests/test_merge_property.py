@@ -12,12 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memwal_core.services.merge.batch import MergeBudget
+from memwal_core.services.merge.commit import AUTO, COMMIT_FORMS
 from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
 from tests.support.model import ModelTable
-from tests.support.tables import assert_progress_never_decreases, progress_history
+from tests.support.tables import assert_progress_never_decreases, lsm_rows_at, progress_history
 
 SCHEMA = pa.schema(
     [
@@ -32,12 +33,18 @@ OP = st.one_of(
 )
 STREAM = st.lists(OP, min_size=1, max_size=25)
 REGIONS = 4
-# Each merge round: at most this many generations per region, a batch budget in rows, which regions.
-ROUND = st.tuples(st.integers(1, 4), st.integers(1, 40), st.sets(st.integers(0, REGIONS - 1), min_size=1))
+# Each merge round: at most this many generations per region, a batch budget in rows, which regions,
+# and how its batches commit.
+ROUND = st.tuples(
+    st.integers(1, 4),
+    st.integers(1, 40),
+    st.sets(st.integers(0, REGIONS - 1), min_size=1),
+    st.sampled_from(COMMIT_FORMS),
+)
 ROUNDS = st.lists(ROUND, min_size=1, max_size=6)
 
 
-Round = tuple[int, int, set[int]]
+Round = tuple[int, int, set[int], str]
 
 
 def run_property(
@@ -55,13 +62,14 @@ def run_property(
                 if rows:
                     table.write(region, [(kind, rows)], memtable_rows=memtable_rows)
         with MemWalTable.open(table.uri) as opened:
-            for chunk, budget_rows, chosen in [*rounds, (10_000, 10_000, set(range(REGIONS)))]:
+            for chunk, budget_rows, chosen, form in [*rounds, (10_000, 10_000, set(range(REGIONS)), AUTO)]:
                 result = merge(
                     opened,
                     regions=[regions[i] for i in sorted(chosen) if regions[i] in opened.region_ids()],
                     max_generations=chunk,
                     engine=engine,
                     budget=MergeBudget(budget_rows, 10**9),
+                    commit_form=form,
                 )
                 assert not result.failures, result.failures
                 for batch in result.batches:
@@ -74,6 +82,11 @@ def run_property(
             )
         assert_progress_never_decreases(progress_history(table.uri))
         table.assert_merged()
+        # Every version a merge wrote (between a fenced delete and its upsert too) reads as the model.
+        expected = sorted((r["id"], r["v"]) for r in table.rows.values())
+        for version in range(2, table.dataset().version + 1):
+            seen = sorted((r["id"], r["v"]) for r in lsm_rows_at(table.uri, version, ["id", "v"]))
+            assert seen == expected, f"the MemWAL-aware read at version {version} differs from the model"
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -72,9 +72,14 @@ def test_sixteen_regions_merge_in_one_commit(tmp_path: Path, engine: MergeEngine
         result = merge(opened, engine=engine)
     assert not result.failures
     assert len(result.batches) == 1 and result.batches[0].regions == sorted(ids)
-    assert table.dataset().version == before + 1, "one commit for every region"
+    # Deletes go first in a fenced commit of their own; ONE commit then carries every region's progress.
+    assert result.batches[0].commit_form == "two-step"
+    after = table.dataset().version
+    assert after == before + 2
     assert {r.region: r.merged_generations for r in result.regions} == {r: [1, 2] for r in ids}
-    assert all(r.table_version == before + 1 and r.batch == 1 for r in result.regions)
+    assert all(r.table_version == after and r.batch == 1 for r in result.regions)
+    with MemWalTable.open(table.uri) as opened:
+        assert opened.index_details(after - 1).merged == {}, "the delete commit moves no progress"
     table.assert_merged()
     assert set(progress(table.uri).values()) == {2}
 
@@ -149,8 +154,8 @@ def test_batch_mergers_race_a_single_region_merger(tmp_path: Path) -> None:
     outputs = run_mergers(
         table.uri,
         [
-            ["12", "1", "--max-batch-rows", "20"],
-            ["12", "2", "--max-batch-rows", "9"],
+            ["12", "1", "--max-batch-rows", "20", "--commit-form", "single"],
+            ["12", "2", "--max-batch-rows", "9", "--commit-form", "two-step"],
             ["12", "3", "--region", ids[2]],
         ],
     )

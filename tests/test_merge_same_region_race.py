@@ -11,9 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from memwal_core.model.lease import Lease
-from memwal_core.services.merge.commit import commit_checked, commit_region
+from memwal_core.services.merge.commit import SINGLE, TWO_STEP, CommitPlan, commit_checked, commit_region
 from memwal_core.services.merge.engine import LocalEngine
 from memwal_core.services.merge.plan import plan_merge
 from memwal_core.services.merge.service import merge
@@ -28,7 +29,7 @@ SCHEMA = pa.schema(
 )
 
 
-def overlapping_mergers(path: Path, *, checked: bool) -> ModelTable:
+def overlapping_mergers(path: Path, *, checked: bool, form: CommitPlan | None = None) -> ModelTable:
     """Merger Y reads, merger X merges generation 1, then Y commits generations 1..2.
 
     The hole needs Y's delete to be the only thing that overlaps X's rows: a
@@ -49,7 +50,13 @@ def overlapping_mergers(path: Path, *, checked: bool) -> ModelTable:
         assert [r.merged_generations for r in x.regions] == [[1]]
         if checked:
             commit_checked(
-                opened, y_handle, plan.primary_key, {region: 2}, live, y_source.deleted_keys, use_index=False
+                opened,
+                y_handle,
+                plan.primary_key,
+                {region: 2},
+                live,
+                y_source.deleted_keys,
+                plan=form or CommitPlan(SINGLE, False, False, "test"),
             )
         else:
             commit_region(
@@ -67,8 +74,10 @@ def test_lance_rebase_loses_the_delete_without_the_check(tmp_path: Path) -> None
     assert (500,) not in table.rows
 
 
-def test_commit_check_repairs_the_lost_delete(tmp_path: Path) -> None:
-    table = overlapping_mergers(tmp_path / "t", checked=True)
+@pytest.mark.parametrize("form", [SINGLE, TWO_STEP])
+def test_commit_check_repairs_the_lost_delete(tmp_path: Path, form: str) -> None:
+    plan = CommitPlan(form, False, False, "test")
+    table = overlapping_mergers(tmp_path / "t", checked=True, form=plan)
     table.assert_merged()
 
 

@@ -31,6 +31,7 @@ from memwal_core.services.gc.service import gc
 from memwal_core.services.ingest.service import ingest
 from memwal_core.services.initialize import RegionSpecChoice, initialize
 from memwal_core.services.merge.batch import MergeBudget
+from memwal_core.services.merge.commit import AUTO, COMMIT_FORMS
 from memwal_core.services.merge.engine import make_engine
 from memwal_core.services.merge.service import merge
 from memwal_core.services.retain import parse_duration, retain
@@ -93,6 +94,7 @@ def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
         max_generations=args.max_generations,
         engine=engine,
         budget=budget,
+        commit_form=args.commit_form,
         dry_run=args.dry_run,
         progress=RegionProgress(),
     )
@@ -214,6 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="B",
         help="collapse at most B bytes of generations per commit (default: a sixteenth of the machine's memory)",
+    )
+    p.add_argument(
+        "--commit-form",
+        choices=COMMIT_FORMS,
+        default=AUTO,
+        help="how each batch commits: chosen per commit (auto), one commit with a delete clause (single), "
+        "or a fenced delete commit then the marked upsert (two-step)",
     )
     _engine_arguments(p, "where generations are collapsed")
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")

@@ -1,6 +1,6 @@
 """A merger process for race and crash tests.
 
-`python -m tests.support.merger_proc URI ROUNDS SEED [--region R] [--max-batch-rows N]`
+`python -m tests.support.merger_proc URI ROUNDS SEED [--region R] [--max-batch-rows N] [--commit-form F]`
 
 Each round merges a random number of generations per region (only region R
 with --region, in batches of at most N generation rows with --max-batch-rows)
@@ -25,6 +25,7 @@ def main() -> None:
     parser.add_argument("seed", type=int)
     parser.add_argument("--region")
     parser.add_argument("--max-batch-rows", type=int)
+    parser.add_argument("--commit-form", default="auto")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     budget = MergeBudget.default(max_rows=args.max_batch_rows)
@@ -36,6 +37,7 @@ def main() -> None:
                 max_generations=rng.randint(1, 3),
                 budget=budget,
                 lease_wait=rng.uniform(0, 0.2),
+                commit_form=args.commit_form,
             )
             print(json.dumps(result.to_json()), flush=True)
 

@@ -60,3 +60,29 @@ def assert_progress_never_decreases(history: list[dict[str, int]]) -> None:
             assert after.get(region, 0) >= generation, (
                 f"progress of {region} went from {generation} to {after.get(region, 0)}"
             )
+
+
+def lsm_rows_at(uri: str, version: int, columns: list[str]) -> list[dict[str, object]]:
+    """What a MemWAL-aware reader sees at table `version`: the base then, plus every generation
+    the merge progress recorded then does not cover (Lance's LSM scanner, newest row per key)."""
+    from memwal_core.services.reader import ReadPlan, RegionRead, lsm_scanner
+    from memwal_core.table import MemWalTable
+
+    with MemWalTable.open(uri) as table:
+        merged = table.index_details(version).merged
+        regions = tuple(
+            RegionRead(
+                m.region,
+                m.spec_id,
+                m.current_generation,
+                merged.get(m.region, 0),
+                tuple(
+                    (g.generation, g.path) for g in m.generations if g.generation > merged.get(m.region, 0)
+                ),
+            )
+            for _region, m in sorted(table.read_regions().items())
+            if m is not None
+        )
+        plan = ReadPlan(table.uri, version, None, "manifests", regions)
+        rows: list[dict[str, object]] = lsm_scanner(table, plan).project(columns).to_table().to_pylist()
+        return rows

@@ -25,7 +25,14 @@ from memwal_core.errors import ConflictError, MemwalError
 from memwal_core.model.details_lease import details_lease
 from memwal_core.model.lease import Lease, LeaseBusyError, LeaseLostError
 from memwal_core.services.merge.collapse import BatchCollapse, RegionCollapse, shared_key, shared_key_error
-from memwal_core.services.merge.commit import StaleMergeError, choose_index, commit_checked
+from memwal_core.services.merge.commit import (
+    AUTO,
+    CommitPlan,
+    DeleteConflictError,
+    StaleMergeError,
+    choose_commit,
+    commit_checked,
+)
 from memwal_core.services.merge.engine import MergeEngine
 from memwal_core.services.merge.plan import RegionFailure, RegionMergePlan
 from memwal_core.services.merge.result import BatchResult, RegionMergeResult
@@ -45,8 +52,7 @@ class _Committed:
 
     stats: dict[str, int]
     version: int
-    use_index: bool
-    index_reason: str
+    plan: CommitPlan
 
 
 @dataclass
@@ -66,8 +72,10 @@ class BatchOutcome:
 
 
 def _is_retryable_conflict(exc: BaseException) -> bool:
-    """Lance's own retries (conflict_retries) ran out; a fresh attempt may succeed."""
-    return isinstance(exc, OSError) and "Too many concurrent writers" in str(exc)
+    """Lance's own retries ran out, or a fenced delete met a commit: a fresh attempt (progress re-checked) may succeed."""
+    return isinstance(exc, DeleteConflictError) or (
+        isinstance(exc, OSError) and "Too many concurrent writers" in str(exc)
+    )
 
 
 def has_key_index(dataset: Any, primary_key: tuple[str, ...]) -> bool:
@@ -131,7 +139,9 @@ class BatchMerge:
         retry: RetryPolicy,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         lease_wait: float = 0.0,
+        commit_form: str = AUTO,
     ) -> None:
+        self.commit_form = commit_form
         self.table = table
         self.primary_key = primary_key
         self.engine = engine
@@ -275,11 +285,12 @@ class BatchMerge:
             moved = sorted(r for r in included if recorded.merged_generation(r) != plans[r].merged_before)
             if moved:
                 raise StaleMergeError(f"regions {moved}: progress moved since they were planned")
-            use_index, reason = choose_index(
+            plan = choose_commit(
                 sum(sources.figures(r).live_rows for r in included),
                 sum(sources.figures(r).deleted_rows for r in included),
                 int(dataset.count_rows()),
                 has_key_index(dataset, self.primary_key),
+                form=self.commit_form,
             )
             stats, version = commit_checked(
                 self.table,
@@ -288,9 +299,9 @@ class BatchMerge:
                 {r: plans[r].target_generation for r in included},
                 sources.live(included, dataset.schema),
                 sources.deleted_keys,
-                use_index=use_index,
+                plan=plan,
             )
-        return _Committed(stats, version, use_index, reason)
+        return _Committed(stats, version, plan)
 
     def _replan(
         self, plans: dict[str, RegionMergePlan], included: set[str], outcome: BatchOutcome
@@ -365,7 +376,8 @@ class BatchMerge:
             seconds_collapse=seconds_collapse,
             seconds_commit=seconds_commit,
             table_version=committed.version,
-            use_index=committed.use_index,
-            index_reason=committed.index_reason,
+            commit_form=committed.plan.form,
+            use_index=committed.plan.delete_index or committed.plan.upsert_index,
+            commit_reason=committed.plan.reason,
             replans=replans,
         )

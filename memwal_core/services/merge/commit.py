@@ -1,12 +1,25 @@
-"""The merge commit: one Lance commit per batch with data, deletes and every region's progress.
+"""The merge commit of a batch: its rows, its deletes and every region's progress.
 
-Upserts (live rows), deletes (tombstoned keys, as a `when_not_matched_by_source_delete`
-predicate on the same builder) and the merge markers of every region in the
-batch go in ONE `merge_insert`, so a merger that lost a race can never land a
-delete after the winner re-inserted the key (see the format doc), and a round
-scans the base table once per batch rather than once per region. The markers
-make Lance reject a stale merge: a "Stale SSTable compaction" error means
-another merger got a region there first, which the caller answers by
+Two forms, chosen per commit (`choose_commit`):
+
+- `single`: upserts, deletes (a `when_not_matched_by_source_delete` predicate)
+  and the merge markers of every region in ONE `merge_insert`. Race-safe by
+  construction, but the delete clause makes Lance scan every base row: its cost
+  grows with the base table (0.2 s at 4M rows, 2.4 s at 64M).
+- `two-step`: first a delete-only `merge_insert` (`when_matched_delete`, through
+  the key index when there is one), then the marked upsert with no delete
+  clause. The delete carries no marker, so it is fenced otherwise: the caller
+  verifies, under the index-details lease, that every region's recorded
+  progress at the version the delete is built on is what it planned from, and
+  the delete joins against that version only, with Lance's own retries off
+  (`conflict_retries(0)`): it can only remove rows that existed then, never a
+  key another merger re-inserted later; a conflict fails it, and the caller
+  re-checks progress before trying again. Between the two commits progress is
+  unchanged, so MemWAL-aware readers still add every pending generation, whose
+  tombstones and puts cover the deletes already applied.
+
+The markers make Lance reject a stale merge: a "Stale SSTable compaction" error
+means another merger got a region there first, which the caller answers by
 re-planning, never by retrying.
 """
 
@@ -16,11 +29,12 @@ import datetime as dt
 import decimal
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from memwal_core.errors import ConflictError, SchemaError
+from memwal_core.errors import BadInputError, ConflictError, SchemaError
 
 if TYPE_CHECKING:
     import lance
@@ -37,6 +51,10 @@ INDEX_SOURCE_RATIO = 10_000
 
 class StaleMergeError(ConflictError):
     """Another merger already merged this region past our target generation."""
+
+
+class DeleteConflictError(ConflictError):
+    """A fenced delete met a concurrent commit; check progress again before retrying."""
 
 
 def _literal(value: object, column: str) -> str:
@@ -89,6 +107,73 @@ def delete_predicate(keys: pa.Table, primary_key: Sequence[str]) -> str:
     return " OR ".join(terms)
 
 
+AUTO, SINGLE, TWO_STEP = "auto", "single", "two-step"
+COMMIT_FORMS = (AUTO, SINGLE, TWO_STEP)
+
+
+@dataclass(frozen=True)
+class CommitPlan:
+    """How one batch is committed, and why."""
+
+    form: str
+    delete_index: bool
+    upsert_index: bool
+    reason: str
+
+
+def choose_commit(
+    live_rows: int, deleted_rows: int, base_rows: int, has_key_index: bool, *, form: str = AUTO
+) -> CommitPlan:
+    """The commit form and index use for a batch (`form` forces `single` or `two-step`).
+
+    Measured (bench/merge_scale.py, BTree on the key, 3,000 upserts and 200
+    deletes): single 0.20 / 0.66 / 2.37 s at 4M / 16M / 64M base rows, two-step
+    0.14 / 0.31 / 0.93 s. The key index serves an upsert only while the source
+    is tiny next to the base (bench/merge_index.py); a delete-only join is as
+    small as its keys, so it uses the index whenever there is one.
+    """
+    if form not in COMMIT_FORMS:
+        raise BadInputError(f"unknown commit form {form!r} (use {', '.join(COMMIT_FORMS)})")
+    small = live_rows * INDEX_SOURCE_RATIO <= base_rows
+    upsert_index = has_key_index and small
+    index_words = "through the key index" if upsert_index else "scanning the keys"
+    if not deleted_rows and form != TWO_STEP:
+        return CommitPlan(SINGLE, False, upsert_index, f"no deletes: one marked upsert, {index_words}")
+    if form == SINGLE:
+        return CommitPlan(SINGLE, False, False, "single form: the delete clause scans every base row")
+    deletes = "through the key index" if has_key_index else "scanning the keys"
+    return CommitPlan(
+        TWO_STEP,
+        has_key_index,
+        upsert_index,
+        f"{deleted_rows} deletes: a fenced delete-only commit {deletes}, then the marked upsert {index_words} "
+        f"(a delete clause would scan all {base_rows} base rows)",
+    )
+
+
+def delete_fenced(
+    dataset: lance.LanceDataset, primary_key: Sequence[str], deleted_keys: pa.Table, *, use_index: bool
+) -> int:
+    """Delete the rows of `deleted_keys` as they are at the dataset's version; how many were deleted.
+
+    Lance's retries are off: a retry would join against a newer version, where
+    the key may belong to another merger's later generation. A conflict raises
+    DeleteConflictError, and the caller re-checks progress before trying again.
+    """
+    builder = dataset.merge_insert(_on(primary_key)).when_matched_delete().use_index(use_index)
+    try:
+        stats: dict[str, int] = builder.conflict_retries(0).execute(deleted_keys)
+    except OSError as exc:
+        if any(word in str(exc) for word in ("onflict", "oncurrent", "etry")):
+            raise DeleteConflictError(f"the delete commit met a concurrent commit: {exc}") from exc
+        raise
+    return stats.get("num_deleted_rows", 0)
+
+
+def _on(primary_key: Sequence[str]) -> str | list[str]:
+    return list(primary_key) if len(primary_key) > 1 else primary_key[0]
+
+
 def commit_batch(
     dataset: lance.LanceDataset,
     primary_key: Sequence[str],
@@ -96,24 +181,23 @@ def commit_batch(
     live: pa.Table | pa.RecordBatchReader,
     deleted_keys: pa.Table,
     *,
-    use_index: bool,
+    plan: CommitPlan,
 ) -> dict[str, int]:
-    """Upsert `live`, delete `deleted_keys` and mark each region's target generation merged, in one commit.
+    """Upsert `live`, delete `deleted_keys` and mark each region's target generation merged.
 
     Returns Lance's merge statistics. Raises StaleMergeError if any region's
-    recorded progress is already at or past its target (nothing is committed then).
+    recorded progress is already at or past its target (nothing is marked then).
     """
     from lance.mem_wal import CompactedSsTable
 
-    builder = (
-        dataset.merge_insert(list(primary_key) if len(primary_key) > 1 else primary_key[0])
-        .when_matched_update_all()
-        .when_not_matched_insert_all()
-    )
-    if deleted_keys.num_rows:
+    deleted = 0
+    if plan.form == TWO_STEP and deleted_keys.num_rows:
+        deleted = delete_fenced(dataset, primary_key, deleted_keys, use_index=plan.delete_index)
+    builder = dataset.merge_insert(_on(primary_key)).when_matched_update_all().when_not_matched_insert_all()
+    if plan.form == SINGLE and deleted_keys.num_rows:
         builder = builder.when_not_matched_by_source_delete(delete_predicate(deleted_keys, primary_key))
     markers = [CompactedSsTable(region, generation) for region, generation in sorted(targets.items())]
-    builder = builder.use_index(use_index).mark_sstables_as_compacted(markers)
+    builder = builder.use_index(plan.upsert_index).mark_sstables_as_compacted(markers)
     try:
         stats: dict[str, int] = builder.execute(live)
     except OSError as exc:
@@ -122,7 +206,7 @@ def commit_batch(
                 f"{len(targets)} region(s): a region was already merged past its target by another merger"
             ) from exc
         raise
-    return stats
+    return {**stats, "num_deleted_rows": stats.get("num_deleted_rows", 0) + deleted}
 
 
 def commit_region(
@@ -135,8 +219,9 @@ def commit_region(
     *,
     use_index: bool,
 ) -> dict[str, int]:
-    """One region's commit: a batch of one."""
-    return commit_batch(dataset, primary_key, {region: generation}, live, deleted_keys, use_index=use_index)
+    """One region's commit in the single form: a batch of one."""
+    plan = CommitPlan(SINGLE, False, use_index and not deleted_keys.num_rows, "one region")
+    return commit_batch(dataset, primary_key, {region: generation}, live, deleted_keys, plan=plan)
 
 
 def moved_regions(table: MemWalTable, regions: Collection[str], read_version: int, version: int) -> set[str]:
@@ -158,24 +243,6 @@ def moved_regions(table: MemWalTable, regions: Collection[str], read_version: in
     return moved
 
 
-def choose_index(
-    source_rows: int, deleted_rows: int, base_rows: int, has_key_index: bool
-) -> tuple[bool, str]:
-    """Whether the commit should find matching rows through Lance's key index, and why.
-
-    A delete clause makes Lance scan every base row whatever the index (measured:
-    indexed/scan 0.96-1.02 from 1M to 16M rows), so only upsert-only commits can
-    gain; they do while the source is tiny next to the base (bench/merge_index.py).
-    """
-    if not has_key_index:
-        return False, "no scalar index on the primary key"
-    if deleted_rows:
-        return False, "deletes scan the whole base table anyway"
-    if source_rows * INDEX_SOURCE_RATIO <= base_rows:
-        return True, f"{source_rows} upserts, at most one per {INDEX_SOURCE_RATIO} of {base_rows} base rows"
-    return False, f"{source_rows} upserts, more than one per {INDEX_SOURCE_RATIO} of {base_rows} base rows"
-
-
 def commit_checked(
     table: MemWalTable,
     dataset: lance.LanceDataset,
@@ -184,7 +251,7 @@ def commit_checked(
     live: pa.Table | pa.RecordBatchReader,
     deleted_keys: Callable[[Set[str]], pa.Table],
     *,
-    use_index: bool,
+    plan: CommitPlan,
 ) -> tuple[dict[str, int], int]:
     """`commit_batch` on `dataset` as read, then re-apply the deletes of any region merged in between.
 
@@ -194,7 +261,7 @@ def commit_checked(
     statistics and the table version that holds the merge.
     """
     read_version = int(dataset.version)
-    stats = commit_batch(dataset, primary_key, targets, live, deleted_keys(set(targets)), use_index=use_index)
+    stats = commit_batch(dataset, primary_key, targets, live, deleted_keys(set(targets)), plan=plan)
     version = int(dataset.version)
     moved = moved_regions(table, targets, read_version, version)
     if moved:

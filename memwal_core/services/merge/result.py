@@ -58,8 +58,9 @@ class BatchResult:
     seconds_collapse: float
     seconds_commit: float
     table_version: int
+    commit_form: str
     use_index: bool
-    index_reason: str
+    commit_reason: str
     replans: int
 
     def to_json(self) -> dict[str, Any]:

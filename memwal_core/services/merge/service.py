@@ -16,6 +16,7 @@ from typing import Any
 
 from memwal_core.services.merge.batch import MergeBudget, next_batch
 from memwal_core.services.merge.batch_merge import DEFAULT_LEASE_TTL, BatchMerge
+from memwal_core.services.merge.commit import AUTO, choose_commit
 from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.plan import MergePlan, RegionMergePlan, plan_merge
 from memwal_core.services.merge.result import BatchResult, MergeResult, RegionMergeResult
@@ -57,18 +58,21 @@ def merge(
     retry: RetryPolicy | None = None,
     lease_ttl: float = DEFAULT_LEASE_TTL,
     lease_wait: float = 0.0,
+    commit_form: str = AUTO,
     progress: Progress | None = None,
 ) -> MergeResult:
     """Merge pending generations of every region (or the named ones) in one round of batches.
 
     `max_generations` caps what each region merges in this round; `budget`
-    caps what one batch collapses (default: a share of the machine's memory).
+    caps what one batch collapses (default: a share of the machine's memory);
+    `commit_form` forces how batches commit (see `commit.py`; default: chosen per commit).
 
     Example:
         >>> with MemWalTable.open("demo/table") as table:  # doctest: +SKIP
         ...     result = merge(table, max_generations=8)
         ...     print(result.to_json()["generations_merged"])
     """
+    choose_commit(0, 0, 0, False, form=commit_form)  # an unknown form is bad input before anything is read
     engine = engine or LocalEngine()
     budget = budget or MergeBudget.default()
     retry = retry or RetryPolicy(attempts=5, base_delay=0.2, max_delay=5.0)
@@ -81,7 +85,13 @@ def merge(
     busy: list[str] = []
     if not dry_run:
         merger = BatchMerge(
-            table, plan.primary_key, engine, retry=retry, lease_ttl=lease_ttl, lease_wait=lease_wait
+            table,
+            plan.primary_key,
+            engine,
+            retry=retry,
+            lease_ttl=lease_ttl,
+            lease_wait=lease_wait,
+            commit_form=commit_form,
         )
         total = len(plan.regions)
         pending: list[RegionMergePlan] = list(plan.regions)
