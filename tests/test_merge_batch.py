@@ -123,11 +123,9 @@ def test_commit_form_and_index_use() -> None:
     assert (upsert_only.form, upsert_only.upsert_index) == (SINGLE, True)
     assert not choose_commit(small + 1, 0, base, True).upsert_index
     with_deletes = choose_commit(3000, 200, base, True)
-    assert (with_deletes.form, with_deletes.delete_index, with_deletes.upsert_index) == (
-        TWO_STEP,
-        True,
-        False,
-    )
+    assert (with_deletes.form, with_deletes.delete_index, with_deletes.upsert_index) == (TWO_STEP, True, True)
+    assert not choose_commit(30_000, 200, base, True).upsert_index, "a large upsert scans, even after deletes"
+    assert not choose_commit(3000, 200, 100_000, True).upsert_index, "a small base is cheaper to scan"
     assert not choose_commit(3000, 200, base, False).delete_index, "no key index: the delete scans"
     forced = choose_commit(small, 200, base, True, form=SINGLE)
     assert (forced.form, forced.delete_index, forced.upsert_index) == (SINGLE, False, False)

@@ -47,6 +47,11 @@ STALE_MARKER = "Stale SSTable compaction"
 # An upsert-only commit uses the key index while the source has at most one row per
 # this many base rows (bench/merge_index.py: the index wins below ~1/8,000 at 1M, 4M and 16M rows).
 INDEX_SOURCE_RATIO = 10_000
+# After a fenced delete a key scan must apply the new deletion vectors (measured 4x slower at 16M rows):
+# the upsert then goes through the index up to this many rows (crossover ~30,000 at 4M and 16M rows),
+# and at most one per AFTER_DELETE_RATIO base rows.
+INDEX_ROWS_AFTER_DELETE = 25_000
+AFTER_DELETE_RATIO = 100
 
 
 class StaleMergeError(ConflictError):
@@ -127,28 +132,32 @@ def choose_commit(
     """The commit form and index use for a batch (`form` forces `single` or `two-step`).
 
     Measured (bench/merge_scale.py, BTree on the key, 3,000 upserts and 200
-    deletes): single 0.20 / 0.66 / 2.37 s at 4M / 16M / 64M base rows, two-step
-    0.14 / 0.31 / 0.93 s. The key index serves an upsert only while the source
-    is tiny next to the base (bench/merge_index.py); a delete-only join is as
-    small as its keys, so it uses the index whenever there is one.
+    deletes): the single form's delete clause scans every base row (0.17 s at
+    4M rows, 2.6 s at 64M); the indexed delete-only join costs 0.03 s at any of
+    those sizes. The key index serves an upsert while the source is tiny next
+    to the base (bench/merge_index.py), and, after a delete, up to ~25,000 rows.
     """
     if form not in COMMIT_FORMS:
         raise BadInputError(f"unknown commit form {form!r} (use {', '.join(COMMIT_FORMS)})")
-    small = live_rows * INDEX_SOURCE_RATIO <= base_rows
-    upsert_index = has_key_index and small
-    index_words = "through the key index" if upsert_index else "scanning the keys"
     if not deleted_rows and form != TWO_STEP:
-        return CommitPlan(SINGLE, False, upsert_index, f"no deletes: one marked upsert, {index_words}")
+        upsert_index = has_key_index and live_rows * INDEX_SOURCE_RATIO <= base_rows
+        return CommitPlan(SINGLE, False, upsert_index, f"no deletes: one marked upsert, {_how(upsert_index)}")
     if form == SINGLE:
         return CommitPlan(SINGLE, False, False, "single form: the delete clause scans every base row")
-    deletes = "through the key index" if has_key_index else "scanning the keys"
+    upsert_index = (
+        has_key_index and live_rows <= INDEX_ROWS_AFTER_DELETE and live_rows * AFTER_DELETE_RATIO <= base_rows
+    )
     return CommitPlan(
         TWO_STEP,
         has_key_index,
         upsert_index,
-        f"{deleted_rows} deletes: a fenced delete-only commit {deletes}, then the marked upsert {index_words} "
-        f"(a delete clause would scan all {base_rows} base rows)",
+        f"{deleted_rows} deletes: a fenced delete-only commit {_how(has_key_index)}, then the marked upsert "
+        f"{_how(upsert_index)} (a delete clause would scan all {base_rows} base rows)",
     )
+
+
+def _how(index: bool) -> str:
+    return "through the key index" if index else "scanning the keys"
 
 
 def delete_fenced(
