@@ -126,6 +126,12 @@ class CommitPlan:
     reason: str
 
 
+def check_commit_form(form: str) -> None:
+    """Refuse an unknown commit form before anything is read."""
+    if form not in COMMIT_FORMS:
+        raise BadInputError(f"unknown commit form {form!r} (use {', '.join(COMMIT_FORMS)})")
+
+
 def choose_commit(
     live_rows: int, deleted_rows: int, base_rows: int, has_key_index: bool, *, form: str = AUTO
 ) -> CommitPlan:
@@ -137,8 +143,7 @@ def choose_commit(
     those sizes. The key index serves an upsert while the source is tiny next
     to the base (bench/merge_index.py), and, after a delete, up to ~25,000 rows.
     """
-    if form not in COMMIT_FORMS:
-        raise BadInputError(f"unknown commit form {form!r} (use {', '.join(COMMIT_FORMS)})")
+    check_commit_form(form)
     if not deleted_rows and form != TWO_STEP:
         upsert_index = has_key_index and live_rows * INDEX_SOURCE_RATIO <= base_rows
         return CommitPlan(SINGLE, False, upsert_index, f"no deletes: one marked upsert, {_how(upsert_index)}")

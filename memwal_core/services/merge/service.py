@@ -9,6 +9,7 @@ later prefixes only ever go into later batches.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -16,7 +17,7 @@ from typing import Any
 
 from memwal_core.services.merge.batch import MergeBudget, next_batch
 from memwal_core.services.merge.batch_merge import DEFAULT_LEASE_TTL, BatchMerge
-from memwal_core.services.merge.commit import AUTO, choose_commit
+from memwal_core.services.merge.commit import AUTO, check_commit_form
 from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.plan import MergePlan, RegionMergePlan, plan_merge
 from memwal_core.services.merge.result import BatchResult, MergeResult, RegionMergeResult
@@ -72,7 +73,7 @@ def merge(
         ...     result = merge(table, max_generations=8)
         ...     print(result.to_json()["generations_merged"])
     """
-    choose_commit(0, 0, 0, False, form=commit_form)  # an unknown form is bad input before anything is read
+    check_commit_form(commit_form)
     engine = engine or LocalEngine()
     budget = budget or MergeBudget.default()
     retry = retry or RetryPolicy(attempts=5, base_delay=0.2, max_delay=5.0)
@@ -95,9 +96,11 @@ def merge(
         )
         total = len(plan.regions)
         pending: list[RegionMergePlan] = list(plan.regions)
-        while pending:
+        for index in itertools.count(1):
+            if not pending:
+                break
             batch, pending = next_batch(pending, budget)
-            outcome = merger.run(len(batches) + 1, batch)
+            outcome = merger.run(index, batch)
             merged.extend(outcome.merged)
             failures.extend(outcome.failures)
             busy.extend(outcome.busy)
