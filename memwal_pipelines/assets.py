@@ -50,7 +50,6 @@ from memwal_core.services.catchup import catchup
 from memwal_core.services.compact import LocalCompactionEngine, SparkCompactionEngine, compact
 from memwal_core.services.gc import rules
 from memwal_core.services.gc.service import gc
-from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.result import MergeResult
 from memwal_core.services.merge.service import merge
@@ -301,7 +300,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
                 regions=None if everything else chosen,
                 max_generations=table.max_generations_per_merge,
                 engine=engine,
-                budget=MergeBudget.default(max_rows=table.max_batch_rows, max_bytes=table.max_batch_bytes),
+                budget=table.merge_budget(),
             ),
         )
         context.log.info(result.to_text())

@@ -44,6 +44,7 @@ import yaml
 from memwal_core.errors import BadInputError
 from memwal_core.services.compact import DEFAULT_TARGET_ROWS
 from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS, GcPolicy
+from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.retain import MIN_AGE, parse_duration
 
 DEFAULT_TABLE_URI = "demo/table"
@@ -89,6 +90,7 @@ class TableConfig:
             raise BadInputError(f"table {self.name}: merge_engine must be local or spark")
         # Fail when the list loads, not at the first scheduled run.
         self.gc_policy()
+        self.merge_budget()
         if parse_duration(self.retain_older_than) < MIN_AGE:
             raise BadInputError(f"table {self.name}: retain_older_than must be at least {MIN_AGE}")
         if self.compaction_fragment_threshold < 2 or self.compaction_max_tasks < 1:
@@ -98,6 +100,9 @@ class TableConfig:
 
     def gc_policy(self) -> GcPolicy:
         return GcPolicy(grace_seconds=self.gc_grace_seconds)
+
+    def merge_budget(self) -> MergeBudget:
+        return MergeBudget.default(max_rows=self.max_batch_rows, max_bytes=self.max_batch_bytes)
 
 
 def default_tables() -> list[TableConfig]:
