@@ -122,6 +122,7 @@ def test_commit_form_and_index_use() -> None:
     upsert_only = choose_commit(small, 0, base, True)
     assert (upsert_only.form, upsert_only.upsert_index) == (SINGLE, True)
     assert not choose_commit(small + 1, 0, base, True).upsert_index
+    assert not choose_commit(30_000, 0, 10**12, True).upsert_index, "never past Lance's join memory pool"
     with_deletes = choose_commit(3000, 200, base, True)
     assert (with_deletes.form, with_deletes.delete_index, with_deletes.upsert_index) == (TWO_STEP, True, True)
     assert not choose_commit(30_000, 200, base, True).upsert_index, "a large upsert scans, even after deletes"

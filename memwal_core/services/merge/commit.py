@@ -47,10 +47,11 @@ STALE_MARKER = "Stale SSTable compaction"
 # An upsert-only commit uses the key index while the source has at most one row per
 # this many base rows (bench/merge_index.py: the index wins below ~1/8,000 at 1M, 4M and 16M rows).
 INDEX_SOURCE_RATIO = 10_000
-# After a fenced delete a key scan must apply the new deletion vectors (measured 4x slower at 16M rows):
-# the upsert then goes through the index up to this many rows (crossover ~30,000 at 4M and 16M rows),
-# and at most one per AFTER_DELETE_RATIO base rows.
-INDEX_ROWS_AFTER_DELETE = 25_000
+# The index path never takes more upsert rows than this: it holds them in Lance's 300 MB join pool
+# (512,000 rows failed with "Resources exhausted"). After a fenced delete a key scan must apply
+# the new deletion vectors (4x slower at 16M rows), so the index wins up to about 30,000 rows at
+# 4M and 16M base rows: then it is used up to this cap, at most one row per AFTER_DELETE_RATIO.
+INDEX_MAX_UPSERT_ROWS = 25_000
 AFTER_DELETE_RATIO = 100
 
 
@@ -145,12 +146,16 @@ def choose_commit(
     """
     check_commit_form(form)
     if not deleted_rows and form != TWO_STEP:
-        upsert_index = has_key_index and live_rows * INDEX_SOURCE_RATIO <= base_rows
+        upsert_index = (
+            has_key_index
+            and live_rows <= INDEX_MAX_UPSERT_ROWS
+            and live_rows * INDEX_SOURCE_RATIO <= base_rows
+        )
         return CommitPlan(SINGLE, False, upsert_index, f"no deletes: one marked upsert, {_how(upsert_index)}")
     if form == SINGLE:
         return CommitPlan(SINGLE, False, False, "single form: the delete clause scans every base row")
     upsert_index = (
-        has_key_index and live_rows <= INDEX_ROWS_AFTER_DELETE and live_rows * AFTER_DELETE_RATIO <= base_rows
+        has_key_index and live_rows <= INDEX_MAX_UPSERT_ROWS and live_rows * AFTER_DELETE_RATIO <= base_rows
     )
     return CommitPlan(
         TWO_STEP,
