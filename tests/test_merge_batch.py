@@ -128,6 +128,7 @@ def test_commit_form_and_index_use() -> None:
     assert not choose_commit(30_000, 200, base, True).upsert_index, "a large upsert scans, even after deletes"
     assert not choose_commit(3000, 200, 100_000, True).upsert_index, "a small base is cheaper to scan"
     assert not choose_commit(3000, 200, base, False).delete_index, "no key index: the delete scans"
+    assert not choose_commit(3000, 200_000, base, True).delete_index, "many deletes scan"
     forced = choose_commit(small, 200, base, True, form=SINGLE)
     assert (forced.form, forced.delete_index, forced.upsert_index) == (SINGLE, False, False)
     assert choose_commit(5, 0, base, True, form=TWO_STEP).form == TWO_STEP
