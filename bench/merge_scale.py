@@ -34,25 +34,11 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCE_LOG", "error")
 
+from bench.merge_index import SCHEMA, build
 from memwal_core.services.merge.batch_merge import has_key_index
 from memwal_core.services.merge.commit import SINGLE, CommitPlan, choose_commit, commit_batch
 
-SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.int64(), False, metadata={"lance-schema:unenforced-primary-key": "true"}),
-        pa.field("n", pa.int64()),
-    ]
-)
 UPSERTS, DELETES = 3_000, 200
-
-
-def build(uri: str, base_rows: int) -> None:
-    ids = np.arange(base_rows, dtype=np.int64)
-    dataset = lance.write_dataset(
-        pa.table({"id": ids, "n": ids}, schema=SCHEMA), uri, max_rows_per_file=1 << 22
-    )
-    dataset.create_scalar_index("id", "BTREE")
-    dataset.initialize_mem_wal()
 
 
 def batch(base_rows: int, deletes: int, rng: np.random.Generator) -> tuple[pa.Table, pa.Table]:
