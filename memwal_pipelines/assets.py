@@ -281,6 +281,8 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         # A run covers many regions (a round); the asset records each region it merged itself.
         backfill_policy=BackfillPolicy.single_run(),
         output_required=False,
+        # One slot (dagster.yaml): one merge round of this table at a time.
+        pool=f"memwal_merge_{table.name}",
         description="The base table, per region: pending generations merged in ascending order, "
         "many regions per commit (one merge round per run).",
     )

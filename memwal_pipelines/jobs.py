@@ -1,8 +1,10 @@
 """Jobs and schedules of one table.
 
-Concurrency (dagster.yaml): one merge, catch-up, snapshot, checks or upkeep
-run per table at a time (`memwal/service`; a merge run is a round over all of
-the table's regions with work, so one at a time is all a table needs), and one upkeep run
+Concurrency (dagster.yaml): one merge run per table at a time (the pool
+`memwal_merge_{table}`, one slot: a merge run is a round over all of the
+table's regions with work, so one at a time is all a table needs), one
+catch-up, snapshot, checks or upkeep run per table at a time
+(`memwal/service`), and one upkeep run
 (compaction, retention, GC) in the instance at a time (`memwal/upkeep`, see
 `table_jobs`). Writers of the MemWAL index details
 (merge commits, snapshot builds) are serialised by a lease in the table's own
@@ -92,6 +94,7 @@ def table_jobs(keys: TableKeys) -> TableJobs:
             "merge",
             AssetSelection.assets(keys.base).without_checks(),
             "One merge round: every covered region's pending generations, many regions per commit.",
+            tags={},
         ),
         catchup=job(
             "catchup",
