@@ -13,8 +13,10 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import version
 from typing import Any
 
+from memwal_core.cli.options import count, number
 from memwal_core.cli.progress import RegionProgress
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import MemwalError
@@ -44,6 +46,9 @@ from memwal_core.table import MemWalTable
 
 log = logging.getLogger("memwal")
 
+# A grace period longer than ten years is a typo, not a policy.
+MAX_GRACE_SECONDS = 10 * 365 * 86400.0
+
 # A command returns its JSON payload, its text form and its exit status.
 Outcome = tuple[dict[str, Any], str, int]
 Command = Callable[[argparse.Namespace, MemWalTable], Outcome]
@@ -53,7 +58,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse exits with status 2 on bad usage, which is what we want; keep its message to one line."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"memwal: error: {message} (see memwal {self.prog.split()[-1]} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _cmd_status(args: argparse.Namespace, table: MemWalTable) -> Outcome:
@@ -176,6 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
     parser = _Parser(prog="memwal", description="Maintenance services for Lance MemWAL tables.")
+    parser.add_argument("--version", action="version", version=f"memwal {version('memwal')}")
+    # Also before the command; a subcommand's own --json default would overwrite a shared dest.
+    parser.add_argument(
+        "--json", dest="json_first", action="store_true", help="print one JSON object on stdout"
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser(
@@ -195,7 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--bucket", metavar="COL", help="hash-bucket regions by this column")
     mode.add_argument("--identity", metavar="COL", help="one region per value of this column")
     mode.add_argument("--unsharded", action="store_true", help="route every write to one region")
-    p.add_argument("--num-buckets", type=int, metavar="N", help="number of buckets, with --bucket")
+    p.add_argument(
+        "--num-buckets", type=count(1, 2**31 - 1), metavar="N", help="number of buckets, with --bucket"
+    )
     p.set_defaults(run=_cmd_init)
 
     p = sub.add_parser(
@@ -204,16 +216,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--region", action="append", default=[], metavar="UUID", help="only this region (repeatable)"
     )
-    p.add_argument("--max-generations", type=int, metavar="N", help="merge at most N generations per region")
+    p.add_argument(
+        "--max-generations", type=count(), metavar="N", help="merge at most N generations per region"
+    )
     p.add_argument(
         "--max-batch-rows",
-        type=int,
+        type=count(),
         metavar="N",
         help="collapse at most N generation rows per commit (default: --max-batch-bytes / 256)",
     )
     p.add_argument(
         "--max-batch-bytes",
-        type=int,
+        type=count(),
         metavar="B",
         help="collapse at most B bytes of generations per commit (default: a sixteenth of the machine's memory)",
     )
@@ -232,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="report what would be deleted, change nothing")
     p.add_argument(
         "--grace-seconds",
-        type=float,
+        type=number(0, MAX_GRACE_SECONDS),
         default=DEFAULT_GRACE_SECONDS,
         metavar="S",
         help="delete a pruned generation's directory only S seconds after its pruning (default 3600)",
@@ -252,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("snapshot", parents=[common], help="build the MemWAL index region snapshot")
     p.add_argument(
         "--inline-threshold",
-        type=int,
+        type=count(0),
         default=DEFAULT_INLINE_THRESHOLD,
         metavar="N",
         help=f"store the snapshot inline up to N regions, else in its own file (default {DEFAULT_INLINE_THRESHOLD})",
@@ -268,21 +282,21 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_arguments(p, "where Lance's rewrite tasks run")
     p.add_argument(
         "--target-rows",
-        type=int,
+        type=count(),
         default=DEFAULT_TARGET_ROWS,
         metavar="N",
         help="rows per fragment to aim at",
     )
     p.add_argument(
         "--deletion-threshold",
-        type=float,
+        type=number(0, 1),
         default=DEFAULT_DELETION_THRESHOLD,
         metavar="R",
         help="rewrite a fragment whose deleted share exceeds R (0..1)",
     )
     p.add_argument(
         "--max-tasks",
-        type=int,
+        type=count(),
         default=DEFAULT_MAX_TASKS,
         metavar="N",
         help="at most N rewrite tasks per run",
@@ -302,14 +316,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-durable", action="store_true", help="acknowledge writes before their WAL entry is stored"
     )
     p.add_argument(
-        "--max-memtable-rows", type=int, metavar="N", help="rows per MemTable (and per write call)"
+        "--max-memtable-rows", type=count(), metavar="N", help="rows per MemTable (and per write call)"
     )
-    p.add_argument("--wal-flush-interval-ms", type=int, metavar="MS", help="Lance's WAL flush interval")
+    p.add_argument("--wal-flush-interval-ms", type=count(1), metavar="MS", help="Lance's WAL flush interval")
     p.set_defaults(run=_cmd_ingest)
 
     p = sub.add_parser("retain", parents=[common], help="remove old base-table versions (never tagged ones)")
     p.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 90m, 12h, 7d")
-    p.add_argument("--keep-versions", type=int, metavar="N", help="always keep the N newest versions")
+    p.add_argument("--keep-versions", type=count(0), metavar="N", help="always keep the N newest versions")
     p.add_argument("--force", action="store_true", help="allow an age under one hour")
     p.set_defaults(run=_cmd_retain)
 
@@ -322,7 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # usage errors (2), --help and --version (0): argparse printed them
+        return int(exc.code or 0)
     # Lance logs warnings (such as "creating a new dataset") to stderr; keep stderr for our one-line errors.
     os.environ.setdefault("LANCE_LOG", "error")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -340,8 +357,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = (str(exc).splitlines() or [""])[0][:300]
         print(f"memwal {args.command}: failed: {type(exc).__name__}: {first}", file=sys.stderr)
         return 1
-    print(json.dumps(payload, sort_keys=False) if args.json else text)
-    return int(code)
+    return _report(args, payload, text, int(code))
+
+
+def _report(args: argparse.Namespace, payload: dict[str, Any], text: str, code: int) -> int:
+    """Print the result; the work is already done, so a reader that went away is not an error."""
+    try:
+        output = json.dumps(payload, allow_nan=False) if args.json or args.json_first else text
+        print(output)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Later writes (and the interpreter's final flush) must not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError) as exc:
+        print(f"memwal {args.command}: the result could not be printed: {exc}", file=sys.stderr)
+        return max(code, 1)
+    return code
 
 
 if __name__ == "__main__":
