@@ -9,11 +9,34 @@ credentials.
 
 from __future__ import annotations
 
+import re
+
+# user:password@ in any URL, and credential-like query parameters or key=value pairs.
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+_SECRET_PARAMS = re.compile(
+    r"(?P<name>(?:X-Amz-(?:Signature|Credential|Security-Token)|sig|signature|token|password|secret"
+    r"|aws_secret_access_key|aws_session_token|secret_access_key|session_token)[\"']?\s*[=:]\s*[\"']?)"
+    r"[^&\s,;\"'}]+",
+    re.IGNORECASE,
+)
+
+
+def redact(text: str) -> str:
+    """`text` with every URL's userinfo and every credential-like value replaced by `***`.
+
+    Applied to every message memwal prints, including Lance's own error texts,
+    which echo endpoints and request URLs verbatim.
+    """
+    return _SECRET_PARAMS.sub(r"\g<name>***", _USERINFO.sub(r"\g<scheme>***@", text))
+
 
 class MemwalError(Exception):
-    """Base of every error memwal raises on purpose."""
+    """Base of every error memwal raises on purpose; its message never carries a credential."""
 
     exit_code = 1
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(redact(message))
 
 
 class BadInputError(MemwalError):

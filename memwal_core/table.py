@@ -32,6 +32,16 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 PK_META = b"lance-schema:unenforced-primary-key"
+# Words in Lance's errors when a request never got an answer (refused, timed out, unresolvable).
+UNREACHABLE = (
+    "connect",
+    "Connection",
+    "dns",
+    "timed out",
+    "Timeout",
+    "Error performing",
+    "error sending request",
+)
 PK_POSITION_META = b"lance-schema:unenforced-primary-key:position"
 
 
@@ -99,8 +109,9 @@ class MemWalTable:
                     f"{self.uri} is not a Lance table (no {TABLE_VERSIONS_DIR}/ directory)"
                 )
             return NotFoundError(f"table {self.uri} does not exist")
-        if any(word in message for word in ("connect", "Connection", "dns", "timed out", "Timeout")):
-            return StorageError(f"cannot reach the storage of table {self.uri}")
+        if any(word in message for word in UNREACHABLE):
+            first = message.splitlines()[0] if message else type(exc).__name__
+            return StorageError(f"cannot reach the storage of table {self.uri}: {first[:300]}")
         first_line = message.splitlines()[0] if message else type(exc).__name__
         return CorruptMetadataError(f"table {self.uri} cannot be opened: {first_line[:200]}")
 

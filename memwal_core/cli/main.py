@@ -19,7 +19,7 @@ from typing import Any
 from memwal_core.cli.options import count, number
 from memwal_core.cli.progress import RegionProgress
 from memwal_core.demo import write_demo_table
-from memwal_core.errors import MemwalError
+from memwal_core.errors import MemwalError, redact
 from memwal_core.services.catchup import catchup
 from memwal_core.services.compact import (
     DEFAULT_DELETION_THRESHOLD,
@@ -354,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memwal {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug or an unclassified failure: still one line, exit 1
-        first = (str(exc).splitlines() or [""])[0][:300]
+        first = redact((str(exc).splitlines() or [""])[0][:300])
         print(f"memwal {args.command}: failed: {type(exc).__name__}: {first}", file=sys.stderr)
         return 1
     return _report(args, payload, text, int(code))
