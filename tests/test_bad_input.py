@@ -17,6 +17,8 @@ from memwal_core.demo import DemoLog, write_demo_table
 from memwal_core.format.naming import region_manifest_name, table_manifest_name
 from tests.support.tables import independent_latest_manifest, tree_digest
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -160,3 +162,43 @@ def test_unknown_scheme_is_bad_input() -> None:
     proc = run_cli("status", "gs://bucket/t")
     assert proc.returncode == 2
     assert "gs" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["compact", "merge", "gc", "snapshot", "catchup", "retain"])
+def test_no_command_writes_before_its_table_is_checked(tmp_path: Path, command: str) -> None:
+    plain = tmp_path / "plain"
+    lance.write_dataset(pa.table({"id": pa.array([1, 2], pa.int64())}), str(plain))
+    before = tree_digest(plain)
+    extra = ["--older-than", "7d"] if command == "retain" else []
+    for target in (tmp_path / "no" / "such" / "path", plain):
+        done = subprocess.run(
+            [sys.executable, "-m", "memwal_core.cli.main", command, str(target), *extra],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 2, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "no").exists(), "a refused command created the missing path"
+    assert tree_digest(plain) == before, "a refused command wrote into a table without MemWAL"
+
+
+def test_init_refuses_a_key_lance_cannot_hash_before_changing_anything(tmp_path: Path) -> None:
+    uri = tmp_path / "t"
+    lance.write_dataset(pa.table({"f": [1.5, 2.5], "id": pa.array([1, 2], pa.int64())}), str(uri))
+    before = tree_digest(uri)
+    refused = subprocess.run(
+        [sys.executable, "-m", "memwal_core.cli.main", "init", str(uri), "--primary-key", "f"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 2 and "cannot hash" in refused.stderr, refused.stderr
+    assert tree_digest(uri) == before, "a refused init changed the table"
+    done = subprocess.run(
+        [sys.executable, "-m", "memwal_core.cli.main", "init", str(uri), "--primary-key", "id"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr

@@ -46,6 +46,8 @@ from memwal_core.table import MemWalTable
 
 log = logging.getLogger("memwal")
 
+# Commands that work on a table before it has MemWAL (every other one refuses such a table first).
+WITHOUT_MEMWAL = ("init", "demo")
 # A grace period longer than ten years is a typo, not a policy.
 MAX_GRACE_SECONDS = 10 * 365 * 86400.0
 
@@ -346,6 +348,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         options = StorageOptions.parse(args.storage_option)
         with MemWalTable(args.table, options) as table:
+            if args.command not in WITHOUT_MEMWAL:
+                table.index_details()  # a Lance table with MemWAL, checked before anything is written
             payload, text, code = args.run(args, table)
     except MemwalError as exc:
         print(f"memwal {args.command}: error: {exc}", file=sys.stderr)

@@ -11,8 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from memwal_core.errors import BadInputError, MemWalNotEnabledError, SchemaError
 from memwal_core.table import PK_META, PK_POSITION_META, MemWalTable, primary_key_of
+
+
+def hashable_key_type(kind: pa.DataType) -> bool:
+    """Whether Lance 14 can hash a primary key of this type (its refusal would come after our changes)."""
+    return bool(
+        pa.types.is_integer(kind)
+        or pa.types.is_boolean(kind)
+        or pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+    )
 
 
 @dataclass(frozen=True)
@@ -69,6 +83,12 @@ def initialize(table: MemWalTable, primary_key: list[str], spec: RegionSpecChoic
     for column in [*primary_key, *spec.columns()]:
         if column not in schema.names:
             raise SchemaError(f"table {table.uri} has no column {column!r}")
+    for column in primary_key:
+        if not hashable_key_type(schema.field(column).type):
+            raise SchemaError(
+                f"primary key column {column!r} of {table.uri} has type {schema.field(column).type}, which "
+                "Lance's MemWAL cannot hash (integers, booleans, strings and binary only)"
+            )
     existing = primary_key_of(schema)
     if existing and existing != primary_key:
         raise SchemaError(f"table {table.uri} already has primary key {existing}, not {primary_key}")
