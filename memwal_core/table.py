@@ -8,6 +8,7 @@ region manifests under `_mem_wal/`.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from functools import cached_property
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     import lance
     import pyarrow as pa
 
+# A flushed generation's directory: `{8 hex chars}_gen_{g}`.
+GENERATION_DIR = re.compile(r"^[0-9a-f]{8}_gen_[0-9]+$")
 PK_META = b"lance-schema:unenforced-primary-key"
 # Words in Lance's errors when a request never got an answer (refused, timed out, unresolvable).
 UNREACHABLE = (
@@ -154,17 +157,29 @@ class MemWalTable:
     def region_store(self, region: str) -> RegionManifestStore:
         return RegionManifestStore(self.store, region)
 
+    def read_region(self, region: str) -> RegionManifest | None:
+        """The region's latest manifest; None for a region with no manifest yet.
+
+        A region with flushed generations but no manifest is corrupt, not new:
+        its writer claimed it (manifest version 1) before its first flush.
+        """
+        try:
+            return self.region_store(region).read_latest()
+        except NotFoundError:
+            generations = [
+                d for d in self.store.list_dirs(f"{MEM_WAL_DIR}/{region}") if GENERATION_DIR.search(d)
+            ]
+            if generations:
+                raise CorruptMetadataError(
+                    f"region {region} has flushed generations ({generations[0]}, ...) but no manifest in "
+                    f"{self.store.describe(f'{MEM_WAL_DIR}/{region}/manifest')}"
+                ) from None
+            return None
+
     def read_regions(self, regions: Iterable[str] | None = None) -> dict[str, RegionManifest | None]:
         """Latest manifest of each region (None for a region with no manifest yet), in parallel."""
         ids = list(regions) if regions is not None else self.region_ids()
-
-        def latest(region: str) -> RegionManifest | None:
-            try:
-                return self.region_store(region).read_latest()
-            except NotFoundError:
-                return None
-
-        return dict(zip(ids, self.store.map(latest, ids), strict=True))
+        return dict(zip(ids, self.store.map(self.read_region, ids), strict=True))
 
     def close(self) -> None:
         self.store.close()

@@ -120,16 +120,49 @@ def test_stale_version_hint_still_finds_the_latest(table: tuple[Path, DemoLog]) 
     assert {r["region"]: r["manifest_version"] for r in json.loads(proc.stdout)["regions"]}[region] == truth
 
 
-def test_hint_ahead_of_the_manifests_falls_back_to_probing(table: tuple[Path, DemoLog]) -> None:
+def test_hint_ahead_of_the_manifests_is_corrupt(table: tuple[Path, DemoLog]) -> None:
+    """Writers store a version before the hint names it: a hint past the newest is a deleted manifest."""
     path, log = table
     region = log.regions[1]
     truth = independent_latest_manifest(path, region).version
-    (path / "_mem_wal" / region / "manifest" / "version_hint.json").write_text(
-        json.dumps({"version": truth + 50})
+    manifest_dir = path / "_mem_wal" / region / "manifest"
+    (manifest_dir / "version_hint.json").write_text(json.dumps({"version": truth + 50}))
+    assert_bad_input(
+        path, ["status", str(path)], f"names manifest version {truth + 50}, but the newest stored"
     )
-    proc = run_cli("status", str(path), "--json")
-    assert proc.returncode == 0, proc.stderr
-    assert {r["region"]: r["manifest_version"] for r in json.loads(proc.stdout)["regions"]}[region] == truth
+    (manifest_dir / "version_hint.json").write_text(json.dumps({"version": truth}))
+
+
+def test_latest_region_manifest_deleted_is_refused_everywhere(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    log = write_demo_table(str(path), base_rows=100, regions=3, rounds=2, rows_per_generation=20)
+    broken, healthy = log.regions[0], log.regions[1:]
+    manifest_dir = path / "_mem_wal" / broken / "manifest"
+    latest = independent_latest_manifest(path, broken).version
+    (manifest_dir / "version_hint.json").write_text(json.dumps({"version": latest}))
+    os.remove(manifest_dir / region_manifest_name(latest))
+    kept = sorted(os.listdir(manifest_dir))
+    status = run_cli("status", str(path))
+    assert status.returncode == 2 and str(manifest_dir) in status.stderr, status.stderr
+    merged = run_cli("merge", str(path), "--json")
+    assert merged.returncode == 2, merged.stderr
+    report = json.loads(merged.stdout)
+    assert [f["region"] for f in report["failures"]] == [broken]
+    assert sorted(r["region"] for r in report["regions"]) == sorted(healthy), "the other regions merge"
+    gc = run_cli("gc", str(path), "--grace-seconds", "0")
+    assert gc.returncode != 0
+    assert sorted(os.listdir(manifest_dir)) == kept, "GC wrote a region manifest over the gap"
+
+
+def test_generations_without_a_manifest_are_corrupt(table: tuple[Path, DemoLog]) -> None:
+    path, log = table
+    region_dir = path / "_mem_wal" / log.regions[1]
+    shutil.move(region_dir / "manifest", path.parent / "aside")
+    try:
+        assert_bad_input(path, ["status", str(path)], "has flushed generations")
+        assert_bad_input(path, ["snapshot", str(path)], "has flushed generations")
+    finally:
+        shutil.move(path.parent / "aside", region_dir / "manifest")
 
 
 def test_gap_in_manifest_versions(table: tuple[Path, DemoLog]) -> None:

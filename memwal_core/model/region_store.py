@@ -117,7 +117,15 @@ class RegionManifestStore:
         oldest = 1 if self.store.exists(self.path(1)) else self.oldest_version()
         if oldest is None:
             raise NotFoundError(f"region {self.region} has no manifest in {self.store.describe(self.dir)}")
-        return self.read(self._probe_from(oldest))
+        latest = self._probe_from(oldest)
+        if hint is not None and latest < hint:
+            # Writers store a version before pointing the hint at it: the newest manifest is gone,
+            # and reading an older one would silently lose what it recorded.
+            raise CorruptMetadataError(
+                f"region {self.region}: its version hint names manifest version {hint}, but the newest "
+                f"stored is {latest} ({self.store.describe(self.dir)}); the newest manifest was deleted"
+            )
+        return self.read(latest)
 
     def stored_versions(self) -> dict[int, float]:
         """Every stored version and its creation time (one LIST); for GC and recovery, not reads."""

@@ -172,16 +172,23 @@ def plan_merge(
             raise NotFoundError(f"table {table.uri} has no region {unknown[0]}")
     plans: list[RegionMergePlan] = []
     failures: list[RegionFailure] = []
-    for region, manifest in sorted(table.read_regions(wanted).items()):
-        if manifest is None:
-            continue
+    ids = wanted if wanted is not None else table.region_ids()
+
+    def plan_one(region: str) -> RegionMergePlan | MemwalError | None:
+        """One region's plan; a region that cannot be read or planned fails alone."""
         try:
-            plan = region_plan(table, manifest, details.merged_generation(region), max_generations)
+            manifest = table.read_region(region)
+            if manifest is None:
+                return None
+            return region_plan(table, manifest, details.merged_generation(region), max_generations)
         except MemwalError as exc:
-            failures.append(RegionFailure(region, str(exc), exc.exit_code))
-            continue
-        if plan is not None:
-            plans.append(plan)
+            return exc
+
+    for region, outcome in sorted(zip(ids, table.store.map(plan_one, ids), strict=True)):
+        if isinstance(outcome, MemwalError):
+            failures.append(RegionFailure(region, str(outcome), outcome.exit_code))
+        elif outcome is not None:
+            plans.append(outcome)
     return MergePlan(table.uri, dataset.version, primary_key, tuple(measured(table, plans)), tuple(failures))
 
 
