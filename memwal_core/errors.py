@@ -21,13 +21,24 @@ _SECRET_PARAMS = re.compile(
 )
 
 
+# Lance appends the Rust source location of its build to its errors: noise for a user.
+_BUILD_PATH = re.compile(r",? /\S*/rust/\S+\.rs:\d+:\d+")
+
+
 def redact(text: str) -> str:
     """`text` with every URL's userinfo and every credential-like value replaced by `***`.
 
     Applied to every message memwal prints, including Lance's own error texts,
-    which echo endpoints and request URLs verbatim.
+    which echo endpoints and request URLs verbatim (and end with a build path,
+    which goes too).
     """
+    text = _BUILD_PATH.sub("", text)
     return _SECRET_PARAMS.sub(r"\g<name>***", _USERINFO.sub(r"\g<scheme>***@", text))
+
+
+def first_line(text: str, limit: int = 300) -> str:
+    """The first line of an error text, redacted before it is cut to `limit` characters."""
+    return redact((text.splitlines() or [""])[0])[:limit]
 
 
 class MemwalError(Exception):

@@ -20,6 +20,7 @@ from memwal_core.errors import (
     NotFoundError,
     NotLanceTableError,
     StorageError,
+    first_line,
 )
 from memwal_core.format.index_details import IndexDetails, read_index_details
 from memwal_core.format.naming import MEM_WAL_DIR, TABLE_VERSIONS_DIR, table_manifest_name
@@ -113,10 +114,10 @@ class MemWalTable:
                 )
             return NotFoundError(f"table {self.uri} does not exist")
         if any(word in message for word in UNREACHABLE):
-            first = message.splitlines()[0] if message else type(exc).__name__
-            return StorageError(f"cannot reach the storage of table {self.uri}: {first[:300]}")
-        first_line = message.splitlines()[0] if message else type(exc).__name__
-        return CorruptMetadataError(f"table {self.uri} cannot be opened: {first_line[:200]}")
+            return StorageError(f"cannot reach the storage of table {self.uri}: {first_line(message)}")
+        return CorruptMetadataError(
+            f"table {self.uri} cannot be opened: {first_line(message or type(exc).__name__)}"
+        )
 
     @cached_property
     def latest(self) -> lance.LanceDataset:

@@ -53,3 +53,24 @@ def test_an_unreachable_endpoint_with_credentials_is_reported_without_them(comma
     assert done.returncode == 1, done.stderr
     assert SECRET not in done.stderr + done.stdout
     assert len(done.stderr.strip().splitlines()) == 1 and "cannot reach" in done.stderr
+
+
+def test_lance_build_paths_are_dropped_and_cuts_come_after_cleaning() -> None:
+    from memwal_core.errors import first_line
+
+    lance = "LanceError(IO): not a directory, /home/runner/work/lance/lance/rust/lance-io/src/object_store.rs:1576:42"
+    assert redact(lance) == "LanceError(IO): not a directory"
+    long = "x" * 290 + ", /home/runner/work/lance/lance/rust/lance/src/dataset.rs:12:3\nsecond line"
+    assert first_line(long) == "x" * 290
+
+
+def test_huge_durations_and_a_plain_file_are_bad_input(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.write_text("hello")
+    for args in (["retain", str(tmp_path), "--older-than", "99999999999d"], ["demo", str(plain)]):
+        done = subprocess.run(
+            [sys.executable, "-m", "memwal_core.cli.main", *args], cwd=ROOT, capture_output=True, text=True
+        )
+        assert done.returncode == 2, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert plain.read_text() == "hello"

@@ -19,7 +19,7 @@ from typing import Any
 from memwal_core.cli.options import count, number
 from memwal_core.cli.progress import RegionProgress
 from memwal_core.demo import write_demo_table
-from memwal_core.errors import MemwalError, redact
+from memwal_core.errors import BadInputError, MemwalError, first_line
 from memwal_core.services.catchup import catchup
 from memwal_core.services.compact import (
     DEFAULT_DELETION_THRESHOLD,
@@ -85,6 +85,8 @@ def _cmd_init(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 
 
 def _cmd_demo(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    if table.store.exists("") and not table.store.is_dir(""):
+        raise BadInputError(f"{table.uri} is a file, not a directory for the demo table")
     if not table.store.is_dir("_versions"):
         log.info("writing a demo table with a backlog to %s", table.uri)
         write_demo_table(table.uri, table.storage_options)
@@ -358,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memwal {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug or an unclassified failure: still one line, exit 1
-        first = redact((str(exc).splitlines() or [""])[0][:300])
+        first = first_line(str(exc))
         print(f"memwal {args.command}: failed: {type(exc).__name__}: {first}", file=sys.stderr)
         return 1
     return _report(args, payload, text, int(code))

@@ -29,12 +29,19 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
+# Longer than any retention a table needs, and well inside what a timedelta holds.
+MAX_DURATION_SECONDS = 1000 * 365 * 86400
+
+
 def parse_duration(text: str) -> timedelta:
     """`90m`, `2h`, `7d`, `3600s`, `1w` as a timedelta; BadInputError for anything else."""
     match = _DURATION.match(text.lower())
     if not match:
         raise BadInputError(f"duration {text!r} is not a number with a unit s, m, h, d or w (e.g. 90m, 7d)")
-    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds > MAX_DURATION_SECONDS:
+        raise BadInputError(f"duration {text!r} is longer than {MAX_DURATION_SECONDS // 86400 // 365} years")
+    return timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True)
