@@ -58,7 +58,11 @@ def _instance_home() -> Path:
     return home
 
 
-def run_once(table: TableConfig) -> list[str]:
+# Dagster's console logger at ERROR: the demo prints its own summary (`--verbose` shows Dagster's logs).
+QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+
+
+def run_once(table: TableConfig, *, verbose: bool = False) -> list[str]:
     """Every job of `table` once, in order; returns one line per run."""
     from dagster import DagsterInstance, SensorResult, build_sensor_context
 
@@ -82,7 +86,7 @@ def run_once(table: TableConfig) -> list[str]:
     runs += [(job, {}) for job in AFTER_MERGES]
     for job, tags in runs:
         result = definitions.resolve_job_def(f"{table.name}_{job}").execute_in_process(
-            instance=instance, tags=tags, raise_on_error=False
+            instance=instance, tags=tags, raise_on_error=False, run_config=None if verbose else QUIET
         )
         outcome = "ok" if result.success else "FAILED"
         lines.append(f"{job:<10}  {outcome:<6}  run {result.run_id}  {_figures(result)}")
@@ -112,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="create the demo table if missing, run the whole pipeline once")
     demo.add_argument("table", nargs="?", default=DEFAULT_TABLE_URI)
+    demo.add_argument("--verbose", action="store_true", help="also show Dagster's own logs")
     args = parser.parse_args(argv)
     os.environ.setdefault("LANCE_LOG", "error")
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
@@ -120,16 +125,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"writing the demo table {args.table} (a backlog in three regions)", file=sys.stderr)
             write_demo_table(args.table)
         home = _instance_home()
-        for line in run_once(TableConfig(name="demo", uri=str(Path(args.table).absolute()))):
-            print(line, file=sys.stderr)
+        for line in run_once(
+            TableConfig(name="demo", uri=str(Path(args.table).absolute())), verbose=args.verbose
+        ):
+            print(line)
         with MemWalTable.open(args.table) as table:
             print(status(table).to_text())
     except MemwalError as exc:
         print(f"memwal demo: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    dagster = os.path.relpath(Path(sys.executable).parent / "dagster")
+    workspace = os.path.relpath(PROJECT_ROOT / "workspace.yaml")
     print(
-        f"runs recorded in {home}; see them with: DAGSTER_HOME={home} dagster dev -w workspace.yaml "
-        "-h 127.0.0.1, then open http://127.0.0.1:3000 (Runs; Lineage, group demo)",
+        f"runs recorded in {home}; see them with:\n  DAGSTER_HOME={home} {dagster} dev -w {workspace} "
+        "-h 127.0.0.1\nthen open http://127.0.0.1:3000 (Runs; Lineage, group demo)",
         file=sys.stderr,
     )
     return 0

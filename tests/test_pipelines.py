@@ -337,6 +337,10 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "0 pending generation(s)" in proc.stdout
+    # Quiet by default: one line per run and the status once; Dagster's own logs only with --verbose.
+    assert len(proc.stdout.splitlines()) == 7 + 2 + 3, proc.stdout
+    assert proc.stdout.count("pending generation(s)") == 1
+    assert len(proc.stderr.splitlines()) <= 5 and "DEBUG" not in proc.stderr, proc.stderr[-2000:]
     with MemWalTable.open(str(tmp_path / "demo" / "table")) as opened:
         assert status(opened).pending_total == 0
     home = tmp_path / ".dagster_home"
@@ -352,7 +356,7 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
         "demo_snapshot",
     ]
     assert all(r.is_success for r in runs)
-    gc_line = next(line for line in proc.stderr.splitlines() if line.startswith("gc "))
+    gc_line = next(line for line in proc.stdout.splitlines() if line.startswith("gc "))
     assert "lsm_consistency=passed" in gc_line and "generations_deleted=" in gc_line
 
 
