@@ -196,7 +196,7 @@ def test_wal_keeps_newest_fence_sentinel_tail_and_young_entries(tmp_path: Path) 
     manifest = latest(uri, region)
     wal = Path(uri) / MEM_WAL_DIR / region / REGION_WAL_DIR
     positions = range(1, manifest.replay_after_wal_entry_position + 1)
-    meta = {p: wal_entry_metadata((wal / wal_entry_name(p)).read_bytes()) for p in positions}
+    meta = {p: wal_entry_metadata((wal / wal_entry_name(p)).read_bytes(), where=str(p)) for p in positions}
     sentinels = [p for p, m in meta.items() if m.get(b"fence_sentinel") == b"true"]
     assert sentinels, "a re-claim writes a fence sentinel"
 
@@ -406,3 +406,23 @@ def test_abandoned_staging_and_wal_temp_files_go_after_their_age(tmp_path: Path)
     assert not old.exists() and fresh.exists()
     assert run_gc(uri, GcPolicy(abandoned_after_seconds=0)).to_json()["staging_files_deleted"] == 1
     assert not fresh.exists()
+
+
+def test_garbled_wal_entry_fails_its_region_alone_and_names_it(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    model = new_table(uri)
+    damaged = write_generations(model, None, 2, 1)
+    write_generations(model, damaged, 2, 100)  # a re-claim: GC looks for its fence sentinel in the WAL
+    healthy = write_generations(model, None, 2, 1000)
+    wal = Path(uri) / MEM_WAL_DIR / damaged / REGION_WAL_DIR
+    covered = range(1, latest(uri, damaged).replay_after_wal_entry_position + 1)
+    for position in covered:
+        (wal / wal_entry_name(position)).write_bytes(b"\xff\xff\xff\xff garbage")
+    before = sorted((p.name, p.read_bytes()) for p in wal.iterdir())
+    result = run_gc(uri)
+    failures = {f.region: f.error for f in result.failures}
+    assert set(failures) == {damaged}, failures
+    assert "is not a readable Arrow IPC stream" in failures[damaged] and str(wal) in failures[damaged]
+    assert sorted((p.name, p.read_bytes()) for p in wal.iterdir()) == before, "GC touched a damaged WAL"
+    planned = {k["region"] for k in result.to_json()["kept"]}
+    assert healthy in planned and damaged not in planned, "the other region is still collected"

@@ -238,7 +238,7 @@ def plan_region(
         for info in wal_files
         if ".tmp" in info.path.rsplit("/", 1)[-1] and now - info.mtime > policy.abandoned_after_seconds
     ]
-    wal_delete, wal_kept = plan_wal(store.read, wal_dir, entries, latest, policy, now)
+    wal_delete, wal_kept = plan_wal(store.read, store.describe, wal_dir, entries, latest, policy, now)
 
     # Old manifest versions go oldest first, and only a prefix, so the stored versions stay contiguous.
     cutoff = min([latest.version - policy.keep_manifest_versions + 1, *pinned])

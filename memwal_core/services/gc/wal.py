@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
+from memwal_core.errors import CorruptMetadataError
 from memwal_core.format.naming import wal_entry_name
 from memwal_core.format.regions import RegionManifest
 from memwal_core.services.gc.rules import (
@@ -24,13 +25,17 @@ from memwal_core.services.gc.rules import (
 from memwal_core.storage.object_store import ObjectInfo
 
 
-def wal_entry_metadata(data: bytes) -> dict[bytes, bytes]:
-    """Schema metadata of a WAL entry (Arrow IPC stream)."""
-    return dict(pa.ipc.open_stream(data).schema.metadata or {})
+def wal_entry_metadata(data: bytes, *, where: str) -> dict[bytes, bytes]:
+    """Schema metadata of a WAL entry (Arrow IPC stream); CorruptMetadataError names an unreadable one."""
+    try:
+        return dict(pa.ipc.open_stream(data).schema.metadata or {})
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid / ArrowIOError
+        raise CorruptMetadataError(f"WAL entry {where} is not a readable Arrow IPC stream ({exc})") from exc
 
 
 def plan_wal(
     store_read: Callable[[str], bytes],
+    describe: Callable[[str], str],
     wal_dir: str,
     entries: dict[int, ObjectInfo],
     latest: RegionManifest,
@@ -48,7 +53,8 @@ def plan_wal(
     if latest.writer_epoch > 1 and candidates:  # the first claim of a region writes no sentinel
 
         def epoch_and_sentinel(position: int) -> tuple[int, bool]:
-            meta = wal_entry_metadata(store_read(f"{wal_dir}/{wal_entry_name(position)}"))
+            path = f"{wal_dir}/{wal_entry_name(position)}"
+            meta = wal_entry_metadata(store_read(path), where=describe(path))
             return int(meta.get(b"writer_epoch", b"0") or 0), meta.get(b"fence_sentinel") == b"true"
 
         # The current epoch's sentinel is its first entry: binary search for where that epoch begins.
