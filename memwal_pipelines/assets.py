@@ -31,6 +31,7 @@ from dagster import (
     AssetExecutionContext,
     AssetKey,
     AssetMaterialization,
+    AssetObservation,
     AssetsDefinition,
     AssetSpec,
     BackfillPolicy,
@@ -46,6 +47,7 @@ from dagster import (
 )
 
 from memwal_core.errors import MemwalError
+from memwal_core.services.backlog import RegionBacklog, TableBacklog, backlog
 from memwal_core.services.catchup import catchup
 from memwal_core.services.compact import LocalCompactionEngine, SparkCompactionEngine, compact
 from memwal_core.services.gc import rules
@@ -236,6 +238,21 @@ def _compaction_figures(result: Any) -> dict[str, Any]:
     return {"seconds": round(result.seconds_plan + result.seconds_execute + result.seconds_commit, 4)}
 
 
+def region_observation(keys: TableKeys, region: RegionBacklog, read_at: float) -> AssetObservation:
+    """A region's backlog as the UI shows it (recorded by the sensor, and after every merge)."""
+    return AssetObservation(
+        asset_key=keys.flushed,
+        partition=region.region,
+        metadata={
+            "latest_flushed_generation": region.latest_flushed,
+            "merged_generation": region.merged_generation,
+            "pending_generations": len(region.pending),
+            "pending_bytes": region.pending_bytes,
+            "oldest_pending_age_seconds": round(region.oldest_pending_age(read_at), 1),
+        },
+    )
+
+
 def region_figures(result: MergeResult) -> dict[str, dict[str, Any]]:
     """Each merged region's own figures over the round (a region may span several batches)."""
     batches = {b.batch: b for b in result.batches}
@@ -294,20 +311,24 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
             from memwal_core.services.merge.spark_engine import SparkEngine
 
             engine = SparkEngine(_spark_session(context, keys))
-        result = on_table(
-            context,
-            keys,
-            lambda opened: merge(
+
+        def merge_round(opened: MemWalTable) -> tuple[MergeResult, TableBacklog]:
+            result = merge(
                 opened,
                 regions=None if everything else chosen,
                 max_generations=table.max_generations_per_merge,
                 engine=engine,
                 budget=table.merge_budget(),
-            ),
-        )
+            )
+            # The UI shows which regions are behind from these observations: refresh the merged ones.
+            return result, backlog(opened, regions=sorted({r.region for r in result.regions}))
+
+        result, after = on_table(context, keys, merge_round)
         context.log.info(result.to_text())
         for region, figures in region_figures(result).items():
             context.log_event(AssetMaterialization(asset_key=keys.base, partition=region, metadata=figures))
+        for region_backlog in after.regions:
+            context.log_event(region_observation(keys, region_backlog, after.read_at))
         if result.failures:
             failed = ", ".join(f"{f.region}: {f.error}" for f in result.failures[:3])
             raise Failure(description=f"{len(result.failures)} region(s) failed: {failed}")

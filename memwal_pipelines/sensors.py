@@ -3,9 +3,10 @@
 `{table}_flushed_generations` reads every region's backlog (three storage
 requests per region, plus one LIST per region with a backlog), adds new
 regions as partitions, records an observation of each region whose latest
-flushed generation changed, and requests ONE merge run for the table: a round
+flushed or merged generation changed (merge runs also record one for each
+region they merged), and requests ONE merge run for the table: a round
 over every region partition, which merges all regions with work in a few
-commits. Its cursor (JSON) remembers the last generation observed per region;
+commits. Its cursor (JSON) remembers the last flushed and merged generations observed per region;
 the run key is a digest of every (region, merged, latest pending) triple, so
 the same backlog never starts a second run, while a new flush or a partial
 merge does. No run is requested while one of the table's merge runs is still
@@ -24,7 +25,6 @@ import json
 from collections.abc import Sequence
 
 from dagster import (
-    AssetObservation,
     DagsterRunStatus,
     RunRequest,
     RunsFilter,
@@ -38,7 +38,7 @@ from dagster import (
 from memwal_core.services.backlog import RegionBacklog, backlog
 from memwal_core.services.catchup import index_lag, maintained_indexes
 from memwal_core.services.compact import plan_compaction
-from memwal_pipelines.assets import TableKeys
+from memwal_pipelines.assets import TableKeys, region_observation
 from memwal_pipelines.jobs import TableJobs
 from memwal_pipelines.resources import table_resource
 
@@ -73,25 +73,17 @@ def flushed_generations_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefini
         description="New regions become partitions; new flushed generations start one merge round.",
     )
     def flushed_generations(context: SensorEvaluationContext) -> SensorResult:
-        observed: dict[str, int] = json.loads(context.cursor) if context.cursor else {}
+        # Per region, "latest flushed:merged": a region is observed again whenever either changes.
+        observed: dict[str, object] = json.loads(context.cursor) if context.cursor else {}
         with table_resource(table).open() as opened:
             found = backlog(opened)
+        state = {r.region: f"{r.latest_flushed}:{r.merged_generation}" for r in found.regions}
         known = set(context.instance.get_dynamic_partitions(keys.regions_name))
         new_regions = [r.region for r in found.regions if r.region not in known]
         observations = [
-            AssetObservation(
-                asset_key=keys.flushed,
-                partition=r.region,
-                metadata={
-                    "latest_flushed_generation": r.latest_flushed,
-                    "merged_generation": r.merged_generation,
-                    "pending_generations": len(r.pending),
-                    "pending_bytes": r.pending_bytes,
-                    "oldest_pending_age_seconds": round(r.oldest_pending_age(found.read_at), 1),
-                },
-            )
+            region_observation(keys, r, found.read_at)
             for r in found.regions
-            if observed.get(r.region) != r.latest_flushed
+            if observed.get(r.region) != state[r.region]
         ]
         queued = context.instance.get_runs_count(RunsFilter(job_name=jobs.merge.name, statuses=QUEUED))
         partitions = [*context.instance.get_dynamic_partitions(keys.regions_name), *new_regions]
@@ -100,7 +92,7 @@ def flushed_generations_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefini
             run_requests=runs,
             dynamic_partitions_requests=[keys.regions.build_add_request(new_regions)] if new_regions else [],
             asset_events=observations,
-            cursor=json.dumps({**observed, **{r.region: r.latest_flushed for r in found.regions}}),
+            cursor=json.dumps({**observed, **state}),
         )
 
     return flushed_generations

@@ -131,8 +131,19 @@ def test_one_tick_one_run_merges_sixteen_regions_each_with_its_own_figures(tmp_p
         assert figures[region]["rows_upserted"] == r + 1
         assert figures[region]["regions_in_commit"] == 16
     assert len({f["table_version"] for f in figures.values()}) == 1, "one commit"
+    # Each merged region's backlog is observed again after the round: the UI shows it caught up.
+    refreshed = {
+        e.asset_observation_data.asset_observation.partition: e.asset_observation_data.asset_observation.metadata
+        for e in result.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
+    }
+    assert set(refreshed) == set(generations)
+    assert all(m["pending_generations"].value == 0 for m in refreshed.values())
+    assert {r: m["merged_generation"].value for r, m in refreshed.items()} == generations
     table.assert_merged()
-    assert not tick(keys, instance, first.cursor).run_requests, "nothing pending, no run"
+    after = tick(keys, instance, first.cursor)
+    assert not after.run_requests, "nothing pending, no run"
+    assert len(after.asset_events) == 16, "a region whose merged generation changed is observed again"
 
 
 def test_a_backfill_of_a_region_range_merges_just_those_regions_in_one_run(tmp_path: Path) -> None:

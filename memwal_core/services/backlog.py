@@ -10,6 +10,7 @@ manifest: one LIST per region that has a backlog, none for the others.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,11 +66,11 @@ class TableBacklog:
         return max((r.oldest_pending_age(self.read_at) for r in self.regions), default=0.0)
 
 
-def backlog(table: MemWalTable) -> TableBacklog:
-    """Every region's backlog at the latest table version (changes nothing)."""
+def backlog(table: MemWalTable, regions: Iterable[str] | None = None) -> TableBacklog:
+    """Every region's backlog (or the named regions') at the latest table version (changes nothing)."""
     version = table.dataset().version
     details = table.index_details(version)
-    manifests = {r: m for r, m in table.read_regions().items() if m is not None}
+    manifests = {r: m for r, m in table.read_regions(regions).items() if m is not None}
 
     def region_backlog(region: str) -> RegionBacklog:
         manifest = manifests[region]
@@ -88,5 +89,5 @@ def backlog(table: MemWalTable) -> TableBacklog:
             oldest_pending_created_at=created,
         )
 
-    regions = table.store.map(region_backlog, sorted(manifests))
-    return TableBacklog(table.uri, version, regions, time.time())
+    found = table.store.map(region_backlog, sorted(manifests))
+    return TableBacklog(table.uri, version, found, time.time())
