@@ -36,16 +36,9 @@ if TYPE_CHECKING:
 # A flushed generation's directory: `{8 hex chars}_gen_{g}`.
 GENERATION_DIR = re.compile(r"^[0-9a-f]{8}_gen_[0-9]+$")
 PK_META = b"lance-schema:unenforced-primary-key"
-# Words in Lance's errors when a request never got an answer (refused, timed out, unresolvable).
-UNREACHABLE = (
-    "connect",
-    "Connection",
-    "dns",
-    "timed out",
-    "Timeout",
-    "Error performing",
-    "error sending request",
-)
+# Words in Lance's errors when a request got no answer in time, or never reached the endpoint.
+SILENT = ("timed out", "Timeout", "deadline has elapsed")
+UNREACHABLE = ("connect", "Connection", "dns", "Error performing", "error sending request")
 PK_POSITION_META = b"lance-schema:unenforced-primary-key:position"
 
 
@@ -83,6 +76,7 @@ class MemWalTable:
     def open(cls, uri: str, storage_options: StorageOptions | Mapping[str, str] | None = None) -> MemWalTable:
         """Open a table and check that it is a Lance table with MemWAL enabled."""
         table = cls(uri, storage_options)
+        table.store.check_reachable()
         table.index_details()
         return table
 
@@ -113,6 +107,8 @@ class MemWalTable:
                     f"{self.uri} is not a Lance table (no {TABLE_VERSIONS_DIR}/ directory)"
                 )
             return NotFoundError(f"table {self.uri} does not exist")
+        if any(word in message for word in SILENT):
+            return StorageError(f"storage did not answer for table {self.uri}: {first_line(message)}")
         if any(word in message for word in UNREACHABLE):
             return StorageError(f"cannot reach the storage of table {self.uri}: {first_line(message)}")
         return CorruptMetadataError(

@@ -29,7 +29,7 @@ class MemWalTableResource(ConfigurableResource):  # type: ignore[type-arg]
             return StorageOptions()
         raw = os.environ.get(self.storage_options_env, "")
         try:
-            return StorageOptions(json.loads(raw) if raw else {})
+            return StorageOptions.checked(json.loads(raw) if raw else {})
         except ValueError:
             raise BadInputError(f"{self.storage_options_env} does not hold a JSON object") from None
 

@@ -350,6 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         options = StorageOptions.parse(args.storage_option)
         with MemWalTable(args.table, options) as table:
+            table.store.check_reachable()
             if args.command not in WITHOUT_MEMWAL:
                 table.index_details()  # a Lance table with MemWAL, checked before anything is written
             payload, text, code = args.run(args, table)

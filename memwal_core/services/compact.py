@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from memwal_core.errors import BadInputError
 from memwal_core.model.details_lease import details_lease
 from memwal_core.services.catchup import catchup
+from memwal_core.storage.limits import with_lance_defaults
 from memwal_core.table import MemWalTable
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ def _run_task(uri: str, version: int, storage_options: Mapping[str, str]) -> Cal
     def run(blob: bytes) -> bytes:
         import lance
 
-        dataset = lance.dataset(uri, version=version, storage_options=dict(storage_options) or None)
+        dataset = lance.dataset(uri, version=version, storage_options=with_lance_defaults(storage_options))
         return pickle.dumps(pickle.loads(blob).execute(dataset))
 
     return run

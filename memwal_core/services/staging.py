@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
+from memwal_core.storage.limits import with_lance_defaults
+
 STAGING_DIR = "_memwal_staging"
 STREAM_BATCH_ROWS = 65_536
 
@@ -19,7 +21,7 @@ def stage(uri: str, rows: pa.Table, storage_options: Mapping[str, str]) -> str:
     """Write `rows` as one Lance file at `uri` (absolute); returns `uri`."""
     from lance.file import LanceFileWriter
 
-    writer = LanceFileWriter(uri, rows.schema, storage_options=dict(storage_options) or None)
+    writer = LanceFileWriter(uri, rows.schema, storage_options=with_lance_defaults(storage_options))
     writer.write_batch(rows)
     writer.close()
     return uri
@@ -32,7 +34,7 @@ def unstage_batches(
     from lance.file import LanceFileReader
 
     reader = LanceFileReader(
-        uri, storage_options=dict(storage_options) or None, columns=list(columns) if columns else None
+        uri, storage_options=with_lance_defaults(storage_options), columns=list(columns) if columns else None
     )
     return reader.read_all(batch_size=STREAM_BATCH_ROWS).to_batches()
 

@@ -107,6 +107,13 @@ class ObjectStore(ABC):
     def head(self, path: str) -> ObjectInfo | None:
         """The object's size and mtime, or None if absent."""
 
+    def check_reachable(self) -> None:
+        """One cheap request, so a dead or silent endpoint fails the command within its time limits.
+
+        Without it, the first request would be Lance's, which retries for minutes.
+        """
+        self.is_dir("")
+
     def exists(self, path: str) -> bool:
         """Whether the object exists (one HEAD request)."""
         return self.head(path) is not None

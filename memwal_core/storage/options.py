@@ -6,12 +6,105 @@ object can appear in logs, errors and Dagster metadata safely.
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 
 from memwal_core.errors import BadInputError
+from memwal_core.storage.limits import TimeLimits, time_limits, with_lance_defaults
 
 _SECRET_MARKERS = ("secret", "password", "token", "credential", "key_id", "access_key", "sas")
+
+# The options Lance 14 understands for local and S3 tables (object_store's S3 and HTTP client
+# keys, with their aliases, and Lance's own). Lance ignores any other key silently, so a typo
+# such as `aws_endpont` would send requests to AWS instead of the intended endpoint.
+_S3_KEYS = [
+    "access_key_id",
+    "secret_access_key",
+    "default_region",
+    "region",
+    "bucket",
+    "bucket_name",
+    "endpoint",
+    "endpoint_url",
+    "token",
+    "session_token",
+    "virtual_hosted_style_request",
+    "s3_express",
+    "imdsv1_fallback",
+    "metadata_endpoint",
+    "unsigned_payload",
+    "checksum_algorithm",
+    "container_credentials_relative_uri",
+    "container_credentials_full_uri",
+    "container_authorization_token_file",
+    "web_identity_token_file",
+    "role_arn",
+    "role_session_name",
+    "endpoint_url_sts",
+    "skip_signature",
+    "copy_if_not_exists",
+    "conditional_put",
+    "disable_tagging",
+    "disable_bulk_delete",
+    "request_payer",
+    "server_side_encryption",
+    "sse_kms_key_id",
+    "sse_bucket_key_enabled",
+    "sse_customer_key_base64",
+]
+_CLIENT_KEYS = [
+    "allow_http",
+    "allow_invalid_certificates",
+    "disable_system_certificates",
+    "connect_timeout",
+    "default_content_type",
+    "http1_only",
+    "http2_only",
+    "http2_keep_alive_interval",
+    "http2_keep_alive_timeout",
+    "http2_keep_alive_while_idle",
+    "http2_max_frame_size",
+    "pool_idle_timeout",
+    "pool_max_idle_per_host",
+    "proxy_url",
+    "proxy_ca_certificate",
+    "proxy_excludes",
+    "randomize_addresses",
+    "read_timeout",
+    "timeout",
+    "user_agent",
+]
+_LANCE_KEYS = [
+    "block_size",
+    "download_retry_count",
+    "client_max_retries",
+    "client_retry_timeout",
+    "use_opendal",
+    "aws_provider_scheme",
+    "aws_bucket_name",
+    "aws_endpoint_url",
+    "aws_token",
+    "expires_at_millis",
+    "refresh_offset_millis",
+]
+KNOWN_KEYS = frozenset([*_S3_KEYS, *(f"aws_{k}" for k in _S3_KEYS), *_CLIENT_KEYS, *_LANCE_KEYS])
+# Lance scopes an option to one registered base path as `base_<id>.<key>`.
+_BASE_SCOPED = re.compile(r"^base_\d+\.")
+
+
+def check_known(keys: Iterable[str]) -> None:
+    """Refuse an option Lance would ignore, naming the closest known key and all of them."""
+    for key in keys:
+        plain = _BASE_SCOPED.sub("", key.strip().lower())
+        if plain in KNOWN_KEYS:
+            continue
+        close = difflib.get_close_matches(plain, KNOWN_KEYS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise BadInputError(
+            f"unknown storage option {key!r}{hint}; known options: {', '.join(sorted(KNOWN_KEYS))}"
+        )
 
 
 def is_secret(key: str) -> bool:
@@ -35,7 +128,15 @@ class StorageOptions(Mapping[str, str]):
             if not sep or not key.strip():
                 raise BadInputError(f"storage option {key.strip() or pair!r} is not KEY=VALUE")
             values[key.strip()] = value
-        return cls(values)
+        return cls.checked(values)
+
+    @classmethod
+    def checked(cls, values: Mapping[str, str]) -> StorageOptions:
+        """Options a user gave: unknown keys and malformed time limits are bad input."""
+        check_known(values)
+        options = cls(values)
+        options.time_limits()
+        return options
 
     def __getitem__(self, key: str) -> str:
         return self._values[key]
@@ -65,9 +166,13 @@ class StorageOptions(Mapping[str, str]):
         """A copy safe to print: secret values replaced."""
         return {k: ("***" if is_secret(k) else v) for k, v in self._values.items()}
 
+    def time_limits(self) -> TimeLimits:
+        """How long memwal's own requests may take (the same limits Lance is handed)."""
+        return time_limits(self._values)
+
     def as_dict(self) -> dict[str, str]:
-        """A plain dict for Lance's `storage_options=`."""
-        return dict(self._values)
+        """A plain dict for Lance's `storage_options=`, with memwal's default time limits."""
+        return with_lance_defaults(self._values)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, StorageOptions) and other._values == self._values

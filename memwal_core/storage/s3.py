@@ -38,7 +38,9 @@ class S3Store(ObjectStore):
 
         self.bucket = bucket
         self.prefix = prefix.strip("/")
-        self.retry = retry or RetryPolicy()
+        self.limits = options.time_limits()
+        # No attempt starts that could end after the total limit.
+        self.retry = retry or RetryPolicy(deadline=self.limits.total, attempt_limit=self.limits.request)
         endpoint = options.first(
             "aws_endpoint",
             "endpoint",
@@ -57,17 +59,24 @@ class S3Store(ObjectStore):
             or "us-east-1",
         )
         self._http = SignedHttp(
-            session, endpoint, bucket, region=session.region_name, virtual=virtual, pool_size=parallelism
+            session,
+            endpoint,
+            bucket,
+            region=session.region_name,
+            virtual=virtual,
+            pool_size=parallelism,
+            timeout=urllib3.Timeout(connect=self.limits.connect, read=self.limits.request),
         )
         self._client = session.client(
             "s3",
             endpoint_url=endpoint,
             config=Config(
-                # Our RetryPolicy owns retries, so it can tell "already exists" apart.
-                retries={"max_attempts": 1, "mode": "standard"},
+                # Our RetryPolicy owns retries, so it can tell "already exists" apart. (botocore's
+                # `max_attempts` counts retries, not attempts: 1 made every request twice.)
+                retries={"total_max_attempts": 1, "mode": "standard"},
                 max_pool_connections=parallelism,
-                connect_timeout=5,
-                read_timeout=30,
+                connect_timeout=self.limits.connect,
+                read_timeout=self.limits.request,
                 s3={"addressing_style": "virtual" if virtual else "path"},
             ),
         )
@@ -126,9 +135,20 @@ class S3Store(ObjectStore):
             raise StorageError(f"{kind} of {self.describe(path)} failed ({code})") from exc
         except (BotoCoreError, urllib3.exceptions.HTTPError) as exc:
             where = self.endpoint or "S3"
+            if self._timed_out(exc):
+                raise StorageError(
+                    f"storage did not answer: {where} gave no reply for {self.describe(path)} within "
+                    f"{self.limits.request:g} s (storage option timeout)"
+                ) from exc
             raise StorageError(
                 f"cannot reach {where} for {self.describe(path)}: {type(exc).__name__}"
             ) from exc
+
+    @staticmethod
+    def _timed_out(exc: BaseException) -> bool:
+        from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+
+        return isinstance(exc, ConnectTimeoutError | ReadTimeoutError | urllib3.exceptions.TimeoutError)
 
     def read(self, path: str) -> bytes:
         return self._call("get", path, lambda: self._http.request("GET", self._key(path)).data)

@@ -45,7 +45,15 @@ class SignedHttp:
     """Signed requests to one bucket, through one connection pool."""
 
     def __init__(
-        self, session: Any, endpoint: str | None, bucket: str, *, region: str, virtual: bool, pool_size: int
+        self,
+        session: Any,
+        endpoint: str | None,
+        bucket: str,
+        *,
+        region: str,
+        virtual: bool,
+        pool_size: int,
+        timeout: urllib3.Timeout,
     ) -> None:
         self._credentials = session.get_credentials()
         self._region = region
@@ -53,9 +61,7 @@ class SignedHttp:
             endpoint = f"https://s3.{region}.amazonaws.com"
         scheme, _, host = endpoint.rstrip("/").partition("://")
         self._base = f"{scheme}://{bucket}.{host}" if virtual else f"{scheme}://{host}/{bucket}"
-        self._http = urllib3.PoolManager(
-            maxsize=pool_size, timeout=urllib3.Timeout(connect=5.0, read=30.0), retries=False
-        )
+        self._http = urllib3.PoolManager(maxsize=pool_size, timeout=timeout, retries=False)
 
     def request(
         self, method: str, key: str, body: bytes = b"", headers: dict[str, str] | None = None

@@ -27,6 +27,7 @@ from memwal_core.services.ingest.sources import SourceFiles
 from memwal_core.services.staging import STAGING_DIR, stage, unstage_batches
 from memwal_core.services.writer import MemWalWriter, WriterOptions
 from memwal_core.spark_session import executor_error, executor_memwal_error, spark_session
+from memwal_core.storage.limits import with_lance_defaults
 from memwal_core.storage.object_store import absolute_uri
 from memwal_core.table import MemWalTable
 
@@ -57,7 +58,7 @@ def _stage_files(
 
         from memwal_core.model.routing import partition_by_code
 
-        spec = region_spec_of(lance.dataset(uri, storage_options=dict(options) or None))
+        spec = region_spec_of(lance.dataset(uri, storage_options=with_lance_defaults(options)))
         if spec is None:
             raise BadInputError(f"table {uri} has manually managed regions")
         for batch in batches:

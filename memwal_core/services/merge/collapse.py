@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from memwal_core.errors import CorruptMetadataError, MemwalError, NotFoundError, SchemaError
 from memwal_core.services.merge.plan import GenerationSource, RegionMergePlan
+from memwal_core.storage.limits import with_lance_defaults
 
 TOMBSTONE = "_tombstone"
 # The region a collapsed key came from, in the key tables `shared_key` checks and in staged files.
@@ -74,7 +75,9 @@ def read_generation(
     import lance
 
     try:
-        return lance.dataset(source.uri, storage_options=dict(storage_options or {}) or None).to_table()
+        return lance.dataset(
+            source.uri, storage_options=with_lance_defaults(storage_options or {})
+        ).to_table()
     except (ValueError, OSError) as exc:
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
         raise NotFoundError(

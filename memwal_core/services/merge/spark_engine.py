@@ -49,6 +49,7 @@ from memwal_core.services.merge.collapse import (
 from memwal_core.services.merge.plan import RegionMergePlan
 from memwal_core.services.staging import STAGING_DIR, unstage, unstage_batches
 from memwal_core.spark_session import executor_error, spark_session
+from memwal_core.storage.limits import with_lance_defaults
 from memwal_core.storage.object_store import open_store
 from memwal_core.storage.options import StorageOptions
 
@@ -117,7 +118,7 @@ def _collapse_task(
         from lance.file import LanceFileWriter
 
         live_schema, deleted_schema = _schemas(primary_key, base_schema)
-        options = dict(storage_options) or None
+        options = with_lance_defaults(storage_options)
         for batch in batches:
             for task in batch.column(0).to_pylist():
                 mine = units[task::tasks]

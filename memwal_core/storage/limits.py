@@ -1,0 +1,73 @@
+"""Time limits on storage requests, one set for memwal's own requests and Lance's.
+
+Without them a silent endpoint (one that accepts connections and never answers)
+held a command for minutes: Lance's object store retries each request for up
+to 180 s, and several requests run one after another. The limits are storage
+options, so a user sets them as Lance documents them (`-o timeout=60s`) and
+both memwal and Lance obey the same values.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from memwal_core.errors import BadInputError
+
+# object_store's own default per-request limit; memwal's requests share it.
+DEFAULT_TIMEOUT = "30s"
+DEFAULT_CONNECT_TIMEOUT = "5s"
+# Lance retries a failed request until this many seconds have passed (its default is 180).
+DEFAULT_RETRY_TIMEOUT = "50"
+DEFAULT_MAX_RETRIES = "3"
+# What Lance is handed when the user set nothing: the defaults above.
+LANCE_DEFAULTS = {
+    "timeout": DEFAULT_TIMEOUT,
+    "connect_timeout": DEFAULT_CONNECT_TIMEOUT,
+    "client_retry_timeout": DEFAULT_RETRY_TIMEOUT,
+    "client_max_retries": DEFAULT_MAX_RETRIES,
+}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_LONGEST = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class TimeLimits:
+    """How long one request may take, and all attempts at it together (seconds)."""
+
+    connect: float
+    request: float
+    total: float
+
+
+def _seconds(options: Mapping[str, str], key: str, default: str, *, unit: str | None = None) -> float:
+    raw = options.get(key, default)
+    match = _DURATION.match(raw)
+    if match is None or (unit is not None and match.group(2) is not None):
+        shape = "a whole number of seconds" if unit else "a duration such as 30s, 500ms or 2m"
+        raise BadInputError(f"storage option {key}={raw!r} is not {shape}")
+    value = float(match.group(1)) * _UNIT[match.group(2) or unit or "s"]
+    if not math.isfinite(value) or value <= 0 or value > _LONGEST:
+        raise BadInputError(f"storage option {key}={raw!r} must be above 0 and at most 24h")
+    return value
+
+
+def time_limits(options: Mapping[str, str]) -> TimeLimits:
+    """The limits `options` set, with the defaults for those it leaves out; bad values are bad input."""
+    if "client_max_retries" in options and not options["client_max_retries"].strip().isdigit():
+        raise BadInputError(
+            f"storage option client_max_retries={options['client_max_retries']!r} is not a whole number"
+        )
+    return TimeLimits(
+        connect=_seconds(options, "connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+        request=_seconds(options, "timeout", DEFAULT_TIMEOUT),
+        total=_seconds(options, "client_retry_timeout", DEFAULT_RETRY_TIMEOUT, unit="s"),
+    )
+
+
+def with_lance_defaults(options: Mapping[str, str]) -> dict[str, str]:
+    """`options` plus the default limits it does not set, as Lance takes them."""
+    return {**LANCE_DEFAULTS, **options}

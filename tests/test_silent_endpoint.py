@@ -1,0 +1,70 @@
+"""Every command fails in bounded time, with exit 1 and one line, against storage that never answers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.support.silent import SilentEndpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLE = "s3://silent-bucket/table"
+# Each command with the arguments it requires.
+COMMANDS = {
+    "status": [],
+    "merge": [],
+    "gc": [],
+    "catchup": [],
+    "snapshot": [],
+    "compact": [],
+    "retain": ["--older-than", "7d"],
+    "ingest": ["s3://silent-bucket/source.csv"],
+    "init": ["--primary-key", "id", "--unsharded"],
+    "demo": [],
+}
+# A short limit for the command matrix, and the default a user gets, which must fail within 60 s.
+SHORT = {"timeout": "2s", "connect_timeout": "1s", "client_retry_timeout": "5"}
+DEFAULT_BOUND = 60.0
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[SilentEndpoint]:
+    with SilentEndpoint() as silent:
+        yield silent
+
+
+def timed(args: list[str]) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "memwal_core.cli.main", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return done, time.monotonic() - started
+
+
+def test_every_command_fails_within_its_time_limit(endpoint: SilentEndpoint) -> None:
+    runs = {
+        name: [name, TABLE, *extra, *endpoint.storage_options(**SHORT)] for name, extra in COMMANDS.items()
+    }
+    # The default limits, once: the command a user runs without setting any.
+    runs["status (default limits)"] = ["status", TABLE, *endpoint.storage_options()]
+    with ThreadPoolExecutor(len(runs)) as pool:
+        results = dict(zip(runs, pool.map(timed, runs.values()), strict=True))
+    for name, (done, seconds) in results.items():
+        bound = DEFAULT_BOUND if "default" in name else float(SHORT["client_retry_timeout"]) + 10
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 1, (name, done.returncode, done.stderr)
+        assert len(lines) == 1 and "storage did not answer" in lines[0], (name, done.stderr)
+        assert endpoint.url in lines[0], (name, lines[0])
+        assert "silent-secret" not in done.stderr + done.stdout
+        assert seconds < bound, f"{name} took {seconds:.1f} s (bound {bound:.0f} s)"
+        print(f"{name}: exit {done.returncode} in {seconds:.1f} s")
