@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,8 +9,8 @@ from typing import Any
 
 import pytest
 
-# Lance logs warnings to stderr; tests read stderr for one-line errors.
-os.environ.setdefault("LANCE_LOG", "error")
+# First: memwal_core sets Lance's log up (errors only) before any test module loads lance.
+import memwal_core  # noqa: F401
 
 
 @pytest.fixture(scope="session")

@@ -60,7 +60,6 @@ class DagsterDeployment(LoopbackService):
             **os.environ,
             "DAGSTER_HOME": str(self.home),
             "MEMWAL_TABLES": str(self.tables_file),
-            "LANCE_LOG": "error",
             **self.extra_env,
         }
 
