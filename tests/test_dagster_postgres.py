@@ -10,6 +10,8 @@ connection comes from DAGSTER_PG_* variables only; the password is in no file or
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,12 +23,14 @@ from dagster import AssetKey, DagsterInstance
 from dagster._core.instance.ref import InstanceRef
 
 from memwal_core.services.status import status
+from memwal_core.storage.options import StorageOptions
 from memwal_core.table import MemWalTable
 from tests.support.dagster import PROJECT_ROOT, DagsterDeployment
 from tests.support.model import ModelTable, keyed_backlog_table
 from tests.support.postgres import PostgresServer
 
-POSTGRES_YAML = PROJECT_ROOT / "docs" / "deploy" / "dagster-postgres.yaml"
+DEPLOY = PROJECT_ROOT / "docs" / "deploy"
+POSTGRES_YAML = DEPLOY / "dagster-postgres.yaml"
 # The variables the production instance reads, by Dagster's connection field (README: Running in production).
 CONNECTION_ENV = {
     "hostname": "DAGSTER_PG_HOST",
@@ -55,6 +59,30 @@ def test_postgres_instance_equals_the_default_but_for_storage_read_from_the_envi
     assert storage == {"postgres": {"postgres_db": {**connection, "scheme": "postgresql+psycopg2"}}}, (
         "the PostgreSQL connection must come from the DAGSTER_PG_* variables alone, through psycopg2"
     )
+
+
+def test_the_example_environment_file_sets_what_the_instance_and_the_tables_read() -> None:
+    # Read as a shell reads it (the README sources it before `dagster instance info`).
+    shell = subprocess.run(
+        ["bash", "-c", 'set -a && . "$1" && env -0', "-", str(DEPLOY / "memwal.env.example")],
+        env={},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    env = dict(item.split("=", 1) for item in shell.stdout.split("\0") if item)
+    assert {name for name in env if name.startswith("DAGSTER_PG_")} == set(CONNECTION_ENV.values())
+    assert {"DAGSTER_HOME", "MEMWAL_TABLES"} <= env.keys()
+    options = json.loads(env["EVENTS_STORAGE_OPTIONS"])
+    StorageOptions.checked(options)  # every key is one Lance knows
+    assert sorted(options) == [
+        "allow_http",
+        "aws_access_key_id",
+        "aws_endpoint",
+        "aws_region",
+        "aws_secret_access_key",
+        "aws_virtual_hosted_style_request",
+    ]
 
 
 @pytest.fixture(scope="module")
