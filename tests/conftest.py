@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-# Lance logs warnings to stderr; tests read stderr for one-line errors.
+# Lance logs warnings to stderr; tests read stderr for one-line errors. LanceDB has its own switch.
 os.environ.setdefault("LANCE_LOG", "error")
+os.environ.setdefault("LANCEDB_LOG", "error")
 
 
 @pytest.fixture(scope="session")

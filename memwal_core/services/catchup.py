@@ -150,9 +150,8 @@ class CatchupResult:
             lines[0] += " [dry run]"
             for p in self.plan.indexes:
                 lines.append(f"  {p.index}  lag {sum(lag for _r, lag in p.lag)} generation(s)")
-        listed = self.maintained_list.to_text() if self.maintained_list else None
-        if listed:
-            lines.append(listed)
+        if self.maintained_list is not None:
+            lines += self.maintained_list.to_text()
         for r in self.indexes:
             before, after = sum(r.lag_before.values()), sum(r.lag_after.values())
             lines.append(
@@ -211,9 +210,11 @@ def catchup(
 
     `rebuild` retrains the lagging indexes from the data instead of adding
     the merged fragments to them (better recall after a shift in the data).
-    `dry_run` only measures the lag (and what the list would gain or lose).
-    First the details' `maintained_indexes` list is brought in step with the
-    rule, under the details lease (so never call this holding that lease).
+    `dry_run` only measures the lag (and what the list would gain or lose
+    as things stand). Then the details' `maintained_indexes` list is brought
+    in step with the rule, under the details lease (so never call this
+    holding that lease): after the update, so that a new index covers the
+    merged generations before it is listed.
 
     Raises CatchupError if an index is still behind the progress read before
     the update after both an incremental update and a rebuild.
@@ -223,7 +224,6 @@ def catchup(
         ...     print(catchup(table).to_json()["indexes"])
     """
     started = time.perf_counter()
-    listing = update_maintained_list(table, dry_run=dry_run)
     plan = plan_catchup(table, indexes=indexes)
     merged = dict(plan.merged)
     behind = [p for p in plan.indexes if p.behind]
@@ -238,7 +238,7 @@ def catchup(
             time.perf_counter() - started,
             True,
             plan,
-            maintained_list=listing,
+            maintained_list=update_maintained_list(table, dry_run=True),
         )
     if behind:
         names = [p.index for p in behind]
@@ -266,10 +266,11 @@ def catchup(
         for p in plan.indexes
         if not p.behind
     ]
+    listing = update_maintained_list(table)
     return CatchupResult(
         table=table.uri,
         planned_at_version=plan.table_version,
-        table_version=version,
+        table_version=max(version, listing.table_version or version),
         indexes=sorted(results, key=lambda r: r.index),
         seconds_total=time.perf_counter() - started,
         plan=plan,

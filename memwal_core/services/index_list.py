@@ -9,6 +9,13 @@ index of a type Lance's MemTables hold): `memwal init` right after enabling
 MemWAL, `memwal catchup` and the Dagster catch-up job for indexes created or
 dropped since. Without the flag the list is the user's choice and stays.
 
+A new index is listed only once it covers every flushed generation an
+indexed LSM read would visit (those above `min(merged, caught_up)`): a
+generation flushed before the index existed, or by a writer opened before,
+carries no copy of it, and Lance's LSM vector search (LanceDB's and
+pylance's) silently leaves that generation's rows out. Until then LanceDB
+refuses the search loudly; a merge and a catch-up cover the old generations.
+
 The rewrite replaces the MemWAL index, so it goes through `commit_details`
 under the details lease, like a snapshot build: serialised with every merge
 commit, verified afterwards, lost progress restored.
@@ -22,39 +29,88 @@ from dataclasses import dataclass
 from typing import Any
 
 from memwal_core.format.index_details import IndexDetails
+from memwal_core.format.naming import MEM_WAL_DIR
 from memwal_core.model.details_lease import DEFAULT_DETAILS_LEASE_TTL, details_lease
 from memwal_core.model.indexes import MaintainedIndexes, read_maintained
 from memwal_core.services.snapshot.details_commit import ProgressRepair, commit_details
 from memwal_core.table import MemWalTable
 
+# {index: [(region, generation), ...]}: flushed generations an index to be listed does not cover yet.
+Uncovered = dict[str, list[tuple[str, int]]]
+
 
 @dataclass(frozen=True)
 class ListUpdate:
-    """Names added to and removed from the list; `table_version` None when nothing was committed."""
+    """Names added to and removed from the list; `table_version` None when nothing was committed.
+
+    `waiting`: new indexes not listed yet, with the generations they do not cover.
+    """
 
     added: list[str]
     removed: list[str]
+    waiting: Uncovered = dataclasses.field(default_factory=dict)
     table_version: int | None = None
     repairs: list[ProgressRepair] = dataclasses.field(default_factory=list)
-
-    @classmethod
-    def planned(cls, rule: MaintainedIndexes) -> ListUpdate:
-        return cls(rule.list_added, rule.list_removed)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "added": self.added,
             "removed": self.removed,
+            "waiting": {
+                name: [{"region": r, "generation": g} for r, g in gens] for name, gens in self.waiting.items()
+            },
             "table_version": self.table_version,
             "progress_repairs": [dataclasses.asdict(r) for r in self.repairs],
         }
 
-    def to_text(self) -> str | None:
-        if not self.added and not self.removed:
-            return None
-        change = " ".join([*(f"+{n}" for n in self.added), *(f"-{n}" for n in self.removed)])
-        where = "(dry run)" if self.table_version is None else f"at table v{self.table_version}"
-        return f"  maintained_indexes list {change} {where}"
+    def to_text(self) -> list[str]:
+        lines = []
+        if self.added or self.removed:
+            change = " ".join([*(f"+{n}" for n in self.added), *(f"-{n}" for n in self.removed)])
+            where = "(dry run)" if self.table_version is None else f"at table v{self.table_version}"
+            lines.append(f"  maintained_indexes list {change} {where}")
+        for name, gens in self.waiting.items():
+            lines.append(
+                f"  {name}  not listed yet: {len(gens)} flushed generation(s) lack it "
+                f"(region {gens[0][0]} generation {gens[0][1]}, ...); merge, then catch up again"
+            )
+        return lines
+
+
+def _generation_indexes(table: MemWalTable, region: str, path: str) -> set[str] | None:
+    """Names of the indexes a flushed generation carries; None if it cannot be opened (GC raced us)."""
+    import lance
+
+    uri = f"{table.uri}/{MEM_WAL_DIR}/{region}/{path}"
+    try:
+        dataset = lance.dataset(uri, storage_options=table.storage_options.as_dict() or None)
+        return {d.name for d in dataset.describe_indices()}
+    except (OSError, ValueError):
+        return None
+
+
+def uncovered_generations(table: MemWalTable, details: IndexDetails, names: list[str]) -> Uncovered:
+    """For each of `names`, the flushed generations above `min(merged, caught_up)` that lack it."""
+    if not names:
+        return {}
+    found: Uncovered = {name: [] for name in names}
+    for region, manifest in sorted(table.read_regions().items()):
+        if manifest is None:
+            continue
+        for g in manifest.generations:
+            visited = [
+                name
+                for name in names
+                if g.generation
+                > min(details.merged_generation(region), details.index_catchup.get(name, {}).get(region, 0))
+            ]
+            if not visited:
+                continue
+            carried = _generation_indexes(table, region, g.path) or set()
+            for name in visited:
+                if name not in carried:
+                    found[name].append((region, g.generation))
+    return {name: gens for name, gens in found.items() if gens}
 
 
 def _read(table: MemWalTable) -> tuple[Any, IndexDetails, MaintainedIndexes]:
@@ -64,6 +120,11 @@ def _read(table: MemWalTable) -> tuple[Any, IndexDetails, MaintainedIndexes]:
     return dataset, details, read_maintained(table, details, dataset)
 
 
+def _target(rule: MaintainedIndexes, held_back: set[str]) -> tuple[str, ...]:
+    """The list to write: the rule's, without the new indexes held back."""
+    return tuple(name for name in rule.wanted_list if name not in held_back)
+
+
 def update_maintained_list(
     table: MemWalTable,
     *,
@@ -71,16 +132,28 @@ def update_maintained_list(
     lease_ttl: float = DEFAULT_DETAILS_LEASE_TTL,
     lease_wait: float | None = None,
 ) -> ListUpdate:
-    """Rewrite the list when the rule finds it outdated (checked first without the lease)."""
-    _dataset, _details, rule = _read(table)
-    if dry_run or not rule.list_outdated:
-        return ListUpdate.planned(rule)
+    """Rewrite the list when the rule finds it outdated.
+
+    Coverage is read without the lease (it opens every generation a new index
+    must cover); under the lease the rule is read again, and an index created
+    meanwhile waits for the next run.
+    """
+    _dataset, details, rule = _read(table)
+    waiting = uncovered_generations(table, details, rule.list_added)
+    checked = set(rule.list_added)
+    target = _target(rule, set(waiting))
+    if dry_run or target == rule.listed:
+        added = [n for n in rule.list_added if n not in waiting]
+        return ListUpdate(added, rule.list_removed, waiting)
     with details_lease(table.store, ttl=lease_ttl, wait=lease_wait) as lease:
         dataset, details, rule = _read(table)
-        if not rule.list_outdated:
-            return ListUpdate.planned(rule)
+        target = _target(rule, set(waiting) | (set(rule.list_added) - checked))
+        if target == rule.listed:
+            return ListUpdate([], [], waiting)
         message = details.to_proto()
         del message.maintained_indexes[:]
-        message.maintained_indexes.extend(rule.wanted_list)
+        message.maintained_indexes.extend(target)
         commit = commit_details(table, lease, dataset, message, str(uuid.uuid4()))
-    return ListUpdate(rule.list_added, rule.list_removed, commit.table_version, commit.repairs)
+    added = sorted(set(target) - set(rule.listed))
+    removed = sorted(set(rule.listed) - set(target))
+    return ListUpdate(added, removed, waiting, commit.table_version, commit.repairs)
