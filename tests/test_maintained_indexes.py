@@ -1,0 +1,63 @@
+"""The one rule for which indexes the MemWAL maintains (pure: details and index names in, answer out)."""
+
+from __future__ import annotations
+
+from memwal_core.format.index_details import IndexDetails
+from memwal_core.model.indexes import TableIndex, maintained_indexes
+
+BTREE = "/lance.table.BTreeIndexDetails"
+VECTOR = "/lance.table.VectorIndexDetails"
+BITMAP = "/lance.table.BitmapIndexDetails"
+MEM_WAL = "/lance.table.MemWalIndexDetails"
+
+
+def details(listed: list[str], all_indexes: bool) -> IndexDetails:
+    return IndexDetails(
+        table_version=3,
+        merged={},
+        index_catchup={},
+        maintained_indexes=tuple(listed),
+        maintain_all_indexes=all_indexes,
+        num_regions=0,
+        snapshot_ts_millis=0,
+        has_inline_snapshot=False,
+        raw=b"",
+    )
+
+
+TABLE = [
+    TableIndex("__lance_mem_wal", MEM_WAL),
+    TableIndex("__lance_frag_reuse", "/lance.table.FragmentReuseIndexDetails"),
+    TableIndex("vec_idx", VECTOR),
+    TableIndex("cat_idx", BITMAP),
+    TableIndex("__user_idx", BTREE),  # Lance lets a user index start with "__"
+]
+
+
+def test_all_indexes_means_every_user_index_and_lists_those_memtables_hold() -> None:
+    rule = maintained_indexes(details([], True), TABLE)
+    assert rule.names == ("__user_idx", "cat_idx", "vec_idx")
+    assert rule.missing == ()
+    # A bitmap index is caught up and waited for, but Lance's writer refuses to list it.
+    assert rule.wanted_list == ("__user_idx", "vec_idx")
+    assert rule.list_outdated and rule.list_added == ["__user_idx", "vec_idx"] and rule.list_removed == []
+
+
+def test_all_indexes_drops_a_dropped_index_from_the_list() -> None:
+    rule = maintained_indexes(details(["gone_idx", "vec_idx"], True), TABLE)
+    assert rule.names == ("__user_idx", "cat_idx", "vec_idx")
+    assert rule.missing == ("gone_idx",)
+    assert rule.list_removed == ["gone_idx"] and rule.list_added == ["__user_idx"]
+
+
+def test_listed_indexes_are_the_users_choice_and_a_dropped_one_constrains_nothing() -> None:
+    rule = maintained_indexes(details(["vec_idx", "gone_idx"], False), TABLE)
+    assert rule.names == ("vec_idx",)
+    assert rule.missing == ("gone_idx",)
+    assert not rule.list_outdated  # never widened nor trimmed: the list stays as the user wrote it
+    assert maintained_indexes(details([], False), TABLE).names == ()
+
+
+def test_a_list_in_step_is_not_rewritten() -> None:
+    rule = maintained_indexes(details(["__user_idx", "vec_idx"], True), TABLE)
+    assert not rule.list_outdated and rule.list_added == rule.list_removed == []
