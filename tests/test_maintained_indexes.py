@@ -1,9 +1,18 @@
-"""The one rule for which indexes the MemWAL maintains (pure: details and index names in, answer out)."""
+"""The one rule for which indexes the MemWAL maintains, and the services that ask it."""
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
+
+import lance
+
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.model.indexes import TableIndex, maintained_indexes
+from memwal_core.services.compact import compact
+from memwal_core.services.merge.service import merge
+from memwal_core.table import MemWalTable
+from tests.support.model import KEYED_SCHEMA, ModelTable
 
 BTREE = "/lance.table.BTreeIndexDetails"
 VECTOR = "/lance.table.VectorIndexDetails"
@@ -61,3 +70,31 @@ def test_listed_indexes_are_the_users_choice_and_a_dropped_one_constrains_nothin
 def test_a_list_in_step_is_not_rewritten() -> None:
     rule = maintained_indexes(details(["__user_idx", "vec_idx"], True), TABLE)
     assert not rule.list_outdated and rule.list_added == rule.list_removed == []
+
+
+def test_compaction_restores_the_catchup_of_maintained_indexes_only(tmp_path: Path) -> None:
+    """Lance records catch-up for every index; an unlisted one is not compaction's to restore
+    (asking catch-up for it used to fail the run after the compaction had committed)."""
+    uri = str(tmp_path / "t")
+    model = ModelTable(
+        uri,
+        KEYED_SCHEMA,
+        ["id"],
+        [{"id": i, "v": "base"} for i in range(40)],
+        btree_indexes=["id", "v"],
+        maintained_indexes=["id_idx"],
+    )
+    region = str(uuid.uuid4())
+    for g in range(3):
+        model.write(region, [("put", [{"id": 100 * g + k, "v": f"g{g}"} for k in range(8)])])
+    with MemWalTable.open(uri) as table:
+        merge(table)
+        lance.dataset(uri).optimize.optimize_indices()
+        merged = table.index_details().merged
+        assert set(table.index_details().index_catchup) == {"id_idx", "v_idx"}
+
+        result = compact(table, target_rows_per_fragment=100_000)
+
+        assert result.catchup_restored == ["id_idx"]
+        assert table.index_details().index_catchup["id_idx"] == merged
+    model.assert_merged()
