@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from memwal_core.errors import BadInputError, MemWalNotEnabledError, SchemaError
+from memwal_core.errors import BadInputError, MemwalError, MemWalNotEnabledError, SchemaError
 from memwal_core.services.index_list import update_maintained_list
 from memwal_core.table import PK_META, PK_POSITION_META, MemWalTable, primary_key_of
 
@@ -123,7 +123,13 @@ def initialize(table: MemWalTable, primary_key: list[str], spec: RegionSpecChoic
         identity_column=spec.identity_column,
         unsharded=spec.unsharded,
     )
-    update_maintained_list(table)
+    try:
+        update_maintained_list(table)
+    except MemwalError as exc:
+        raise type(exc)(
+            f"MemWAL is enabled on {table.uri}, but its maintained indexes were not listed ({exc}); "
+            f"run memwal catchup {table.uri}"
+        ) from exc
     dataset = table.dataset()
     details = dict(dataset.mem_wal_index_details() or {})
     return InitResult(
