@@ -30,7 +30,7 @@ from typing import Any
 
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.naming import MEM_WAL_DIR
-from memwal_core.model.details_lease import DEFAULT_DETAILS_LEASE_TTL, details_lease
+from memwal_core.model.details_lease import details_lease
 from memwal_core.model.indexes import MaintainedIndexes, read_maintained
 from memwal_core.services.snapshot.details_commit import ProgressRepair, commit_details
 from memwal_core.table import MemWalTable
@@ -90,27 +90,30 @@ def _generation_indexes(table: MemWalTable, region: str, path: str) -> set[str] 
 
 
 def uncovered_generations(table: MemWalTable, details: IndexDetails, names: list[str]) -> Uncovered:
-    """For each of `names`, the flushed generations above `min(merged, caught_up)` that lack it."""
+    """For each of `names`, the flushed generations above `min(merged, caught_up)` that lack it.
+
+    Every such generation is opened once, in parallel.
+    """
     if not names:
         return {}
-    found: Uncovered = {name: [] for name in names}
+    visits: list[tuple[str, int, str, list[str]]] = []
     for region, manifest in sorted(table.read_regions().items()):
-        if manifest is None:
-            continue
-        for g in manifest.generations:
+        for g in manifest.generations if manifest is not None else ():
+            merged = details.merged_generation(region)
             visited = [
                 name
                 for name in names
-                if g.generation
-                > min(details.merged_generation(region), details.index_catchup.get(name, {}).get(region, 0))
+                if g.generation > min(merged, details.index_catchup.get(name, {}).get(region, 0))
             ]
-            if not visited:
-                continue
-            carried = _generation_indexes(table, region, g.path) or set()
-            for name in visited:
-                if name not in carried:
-                    found[name].append((region, g.generation))
-    return {name: gens for name, gens in found.items() if gens}
+            if visited:
+                visits.append((region, g.generation, g.path, visited))
+    carried = table.store.map(lambda v: _generation_indexes(table, v[0], v[2]) or set(), visits)
+    found: Uncovered = {}
+    for (region, generation, _path, visited), has in zip(visits, carried, strict=True):
+        for name in visited:
+            if name not in has:
+                found.setdefault(name, []).append((region, generation))
+    return {name: found[name] for name in names if name in found}
 
 
 def _read(table: MemWalTable) -> tuple[Any, IndexDetails, MaintainedIndexes]:
@@ -125,13 +128,7 @@ def _target(rule: MaintainedIndexes, held_back: set[str]) -> tuple[str, ...]:
     return tuple(name for name in rule.wanted_list if name not in held_back)
 
 
-def update_maintained_list(
-    table: MemWalTable,
-    *,
-    dry_run: bool = False,
-    lease_ttl: float = DEFAULT_DETAILS_LEASE_TTL,
-    lease_wait: float | None = None,
-) -> ListUpdate:
+def update_maintained_list(table: MemWalTable, *, dry_run: bool = False) -> ListUpdate:
     """Rewrite the list when the rule finds it outdated.
 
     Coverage is read without the lease (it opens every generation a new index
@@ -145,7 +142,7 @@ def update_maintained_list(
     if dry_run or target == rule.listed:
         added = [n for n in rule.list_added if n not in waiting]
         return ListUpdate(added, rule.list_removed, waiting)
-    with details_lease(table.store, ttl=lease_ttl, wait=lease_wait) as lease:
+    with details_lease(table.store) as lease:
         dataset, details, rule = _read(table)
         target = _target(rule, set(waiting) | (set(rule.list_added) - checked))
         if target == rule.listed:
