@@ -6,12 +6,16 @@ import uuid
 from pathlib import Path
 
 import lance
+from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
 
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.model.indexes import TableIndex, maintained_indexes
 from memwal_core.services.compact import compact
 from memwal_core.services.merge.service import merge
 from memwal_core.table import MemWalTable
+from memwal_pipelines.assets import TableKeys
+from memwal_pipelines.config import TableConfig
+from memwal_pipelines.definitions import build_definitions
 from tests.support.model import KEYED_SCHEMA, ModelTable
 
 BTREE = "/lance.table.BTreeIndexDetails"
@@ -98,3 +102,27 @@ def test_compaction_restores_the_catchup_of_maintained_indexes_only(tmp_path: Pa
         assert result.catchup_restored == ["id_idx"]
         assert table.index_details().index_catchup["id_idx"] == merged
     model.assert_merged()
+
+
+def test_dagster_catchup_sensor_and_job_list_an_index_created_later(tmp_path: Path) -> None:
+    """A new index is caught up from birth, so no lag starts a run: the out-of-step list must."""
+    uri = str(tmp_path / "t")
+    ModelTable(uri, KEYED_SCHEMA, ["id"], [{"id": i, "v": "base"} for i in range(40)])
+    lance.dataset(uri).create_scalar_index("v", "BTREE", name="v_idx")
+    keys = TableKeys(TableConfig(name="t", uri=uri))
+    definitions = build_definitions([keys.table])
+    sensor = definitions.resolve_sensor_def("t_index_catchup")
+    instance = DagsterInstance.ephemeral()
+
+    def tick() -> RunRequest | SkipReason:
+        with build_sensor_context(instance=instance) as context:
+            result = sensor(context)
+        assert isinstance(result, RunRequest | SkipReason)
+        return result
+
+    request = tick()
+    assert isinstance(request, RunRequest) and request.run_key == f"t:catchup:{lance.dataset(uri).version}"
+    run = definitions.resolve_job_def("t_catchup").execute_in_process(instance=instance)
+    assert run.success
+    assert lance.dataset(uri).mem_wal_index_details()["maintained_indexes"] == ["v_idx"]
+    assert isinstance(tick(), SkipReason)
