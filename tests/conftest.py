@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,9 @@ import pytest
 
 # First: memwal_core sets Lance's log up (errors only) before any test module loads lance.
 import memwal_core  # noqa: F401
+
+# LanceDB ignores LANCE_LOG and floods stderr with warnings otherwise.
+os.environ.setdefault("LANCEDB_LOG", "error")
 
 
 @pytest.fixture(scope="session")

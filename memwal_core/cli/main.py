@@ -79,7 +79,8 @@ def _cmd_init(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     result = initialize(table, keys, spec)
     return (
         result.to_json(),
-        f"MemWAL enabled on {result.table} (version {result.version}, primary key {keys})",
+        f"MemWAL enabled on {result.table} (version {result.version}, primary key {keys}, "
+        f"maintained indexes {result.maintained_indexes or 'none'})",
         0,
     )
 
