@@ -23,6 +23,7 @@ from typing import Any
 
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import MemwalError
+from memwal_core.lance_log import quiet_lance_log
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
 from memwal_pipelines.config import DEFAULT_TABLE_URI, TableConfig
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("table", nargs="?", default=DEFAULT_TABLE_URI)
     demo.add_argument("--verbose", action="store_true", help="also show Dagster's own logs")
     args = parser.parse_args(argv)
-    os.environ.setdefault("LANCE_LOG", "error")
+    quiet_lance_log()
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     try:
         if not Path(args.table).joinpath("_versions").is_dir():

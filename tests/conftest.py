@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,8 +9,10 @@ from typing import Any
 
 import pytest
 
-# Lance logs warnings to stderr; tests read stderr for one-line errors.
-os.environ.setdefault("LANCE_LOG", "error")
+from memwal_core.lance_log import quiet_lance_log
+
+# Lance logs to stderr; tests read stderr for one-line errors.
+quiet_lance_log()
 
 
 @pytest.fixture(scope="session")

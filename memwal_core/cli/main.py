@@ -20,6 +20,7 @@ from memwal_core.cli.options import count, number
 from memwal_core.cli.progress import RegionProgress
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import BadInputError, MemwalError, first_line
+from memwal_core.lance_log import quiet_lance_log
 from memwal_core.services.catchup import catchup
 from memwal_core.services.compact import (
     DEFAULT_DELETION_THRESHOLD,
@@ -35,6 +36,7 @@ from memwal_core.services.initialize import RegionSpecChoice, initialize
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.merge.commit import AUTO, COMMIT_FORMS
 from memwal_core.services.merge.engine import make_engine
+from memwal_core.services.merge.plan import RegionFailure
 from memwal_core.services.merge.service import merge
 from memwal_core.services.retain import parse_duration, retain
 from memwal_core.services.snapshot.plan import DEFAULT_INLINE_THRESHOLD
@@ -107,8 +109,14 @@ def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
         dry_run=args.dry_run,
         progress=RegionProgress(),
     )
-    code = max((f.exit_code for f in result.failures), default=0)
-    return result.to_json(), result.to_text(), code
+    return result.to_json(), result.to_text(), _failed_regions(args.command, result.failures)
+
+
+def _failed_regions(command: str, failures: Sequence[RegionFailure]) -> int:
+    """One error line per region that failed alone (the others went on); the exit status they call for."""
+    for failure in failures:
+        print(f"memwal {command}: error: {failure.message}", file=sys.stderr)
+    return max((f.exit_code for f in failures), default=0)
 
 
 def _cmd_catchup(args: argparse.Namespace, table: MemWalTable) -> Outcome:
@@ -167,8 +175,7 @@ def _cmd_ingest(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 def _cmd_gc(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     policy = GcPolicy(grace_seconds=args.grace_seconds)
     result = gc(table, dry_run=args.dry_run, policy=policy, progress=RegionProgress())
-    code = max((f.exit_code for f in result.failures), default=0)
-    return result.to_json(), result.to_text(), code
+    return result.to_json(), result.to_text(), _failed_regions(args.command, result.failures)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -345,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # usage errors (2), --help and --version (0): argparse printed them
         return int(exc.code or 0)
     # Lance logs warnings (such as "creating a new dataset") to stderr; keep stderr for our one-line errors.
-    os.environ.setdefault("LANCE_LOG", "error")
+    quiet_lance_log()
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         options = StorageOptions.parse(args.storage_option)
