@@ -42,7 +42,7 @@ from memwal_core.services.retain import parse_duration, retain
 from memwal_core.services.snapshot.plan import DEFAULT_INLINE_THRESHOLD
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
-from memwal_core.services.writer import WriterOptions
+from memwal_core.services.writer import MAX_WAL_FLUSH_INTERVAL_MS, WriterOptions
 from memwal_core.storage.options import StorageOptions
 from memwal_core.table import MemWalTable
 
@@ -329,7 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-memtable-rows", type=count(), metavar="N", help="rows per MemTable (and per write call)"
     )
-    p.add_argument("--wal-flush-interval-ms", type=count(1), metavar="MS", help="Lance's WAL flush interval")
+    p.add_argument(
+        "--wal-flush-interval-ms",
+        type=count(1, MAX_WAL_FLUSH_INTERVAL_MS),
+        metavar="MS",
+        help="Lance's WAL flush interval",
+    )
     p.set_defaults(run=_cmd_ingest)
 
     p = sub.add_parser("retain", parents=[common], help="remove old base-table versions (never tagged ones)")
