@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -400,15 +401,28 @@ def test_every_refusal_is_fast(
     """A damaged object is found without retries or waits: no refusal takes long, even on a loaded machine."""
     refused = {pair: run for pair, run in matrix.items() if run.code != 0}
     slowest_pair, slowest = max(refused.items(), key=lambda item: item[1].seconds)
-    codes: dict[int, int] = {}
-    for run in matrix.values():
-        codes[run.code] = codes.get(run.code, 0) + 1
+    codes = Counter(run.code for run in matrix.values())
     with capsys.disabled():
-        print(
-            f"\nhostile matrix: {len(matrix)} runs, exit codes {dict(sorted(codes.items()))}, "
-            f"slowest refusal {slowest.seconds:.1f} s ({slowest_pair[0]} / {slowest_pair[1]})"
-        )
+        print(f"\nhostile matrix: {len(matrix)} runs, exit codes {dict(sorted(codes.items()))}")
+        for damage in DAMAGES:
+            cells = "  ".join(f"{c}={matrix[(damage.name, c)].code}" for c in COMMANDS)
+            print(f"  {damage.name:36s} {cells}")
+        print(f"slowest refusal {slowest.seconds:.1f} s ({slowest_pair[0]} / {slowest_pair[1]})")
     assert slowest.seconds < 60, slowest_pair
+
+
+def test_retain_refuses_an_older_table_manifest_it_cannot_read(pristine: Pristine, tmp_path: Path) -> None:
+    """Lance lists versions by reading every manifest: a garbled old one is corrupt input, named, not a crash."""
+    table = tmp_path / "table"
+    shutil.copytree(pristine.path, table)
+    damaged = table_manifests(table)[-1]
+    garble(damaged)
+    before = tree_digest(table)
+    done, _seconds = timed_cli(["retain", str(table), "--older-than", "1h"])
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [done.stderr.strip()] and str(damaged) in done.stderr, done.stderr
+    assert done.stderr.startswith("memwal retain: error: "), done.stderr
+    assert tree_digest(table) == before
 
 
 @pytest.mark.parametrize("lease", ["merge-{region}", "index-details"])
