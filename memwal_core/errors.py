@@ -21,8 +21,8 @@ _SECRET_PARAMS = re.compile(
 )
 
 
-# Lance appends the Rust source location of its build to its errors: noise for a user.
-_BUILD_PATH = re.compile(r",? /\S*/rust/\S+\.rs:\d+:\d+")
+# Lance appends the Rust source location of its build (its own or the standard library's) to its errors.
+_BUILD_PATH = re.compile(r",? \S*/rustc?/\S+\.rs:\d+:\d+")
 
 
 def redact(text: str) -> str:

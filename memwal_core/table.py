@@ -23,7 +23,7 @@ from memwal_core.errors import (
     first_line,
 )
 from memwal_core.format.index_details import IndexDetails, read_index_details
-from memwal_core.format.naming import MEM_WAL_DIR, TABLE_VERSIONS_DIR, table_manifest_name
+from memwal_core.format.naming import MEM_WAL_DIR, TABLE_VERSIONS_DIR, U64_MAX, table_manifest_name
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.region_store import RegionManifestStore
 from memwal_core.storage.object_store import ObjectStore
@@ -41,6 +41,9 @@ PK_META = b"lance-schema:unenforced-primary-key"
 SILENT = ("timed out", "Timeout", "deadline has elapsed")
 UNREACHABLE = ("connect", "Connection", "dns", "Error performing", "error sending request")
 PK_POSITION_META = b"lance-schema:unenforced-primary-key:position"
+# A table manifest named in Lance's error texts, and Lance's V2 manifest names.
+_NAMED_MANIFEST = re.compile(rf"{TABLE_VERSIONS_DIR}/([0-9]+\.manifest)")
+_MANIFEST_NAME = re.compile(r"^[0-9]{20}\.manifest$")
 
 
 def primary_key_of(schema: pa.Schema) -> list[str]:
@@ -112,9 +115,31 @@ class MemWalTable:
             return StorageError(f"storage did not answer for table {self.uri}: {first_line(message)}")
         if any(word in message for word in UNREACHABLE):
             return StorageError(f"cannot reach the storage of table {self.uri}: {first_line(message)}")
-        return CorruptMetadataError(
-            f"table {self.uri} cannot be opened: {first_line(message or type(exc).__name__)}"
+        manifest = self._manifest_at_fault(message, version)
+        what = (
+            f"its manifest {self.store.describe(manifest)} cannot be read" if manifest else "cannot be opened"
         )
+        return CorruptMetadataError(f"table {self.uri}: {what} ({first_line(message or type(exc).__name__)})")
+
+    def _manifest_at_fault(self, message: str, version: int | None) -> str | None:
+        """The table manifest a Lance error is about: the one it names, else the one being opened."""
+        named = _NAMED_MANIFEST.search(message)
+        if named:
+            return f"{TABLE_VERSIONS_DIR}/{named.group(1)}"
+        if version is None:
+            names = (info.path.rsplit("/", 1)[-1] for info in self.store.list_files(TABLE_VERSIONS_DIR))
+            found = [int(n[: -len(".manifest")]) for n in names if _MANIFEST_NAME.match(n)]
+            if not found:
+                return None
+            version = U64_MAX - min(found)  # Lance's V2 names count down: the smallest is the newest
+        return f"{TABLE_VERSIONS_DIR}/{table_manifest_name(version)}"
+
+    def version_numbers(self, dataset: lance.LanceDataset | None = None) -> list[int]:
+        """Every stored version of the base table, ascending; Lance reads each one's manifest to list it."""
+        try:
+            return sorted(int(v["version"]) for v in (dataset or self.dataset()).versions())
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise self._classify_open_error(exc, None) from exc
 
     @cached_property
     def latest(self) -> lance.LanceDataset:

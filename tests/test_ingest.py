@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,10 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
+from memwal_core.errors import BadInputError
 from memwal_core.services.ingest.service import ingest
 from memwal_core.services.staging import STAGING_DIR
-from memwal_core.services.writer import WriterOptions
+from memwal_core.services.writer import MemWalWriter, WriterOptions
 from memwal_core.table import MemWalTable
 from tests.support.tables import tree_digest
 from tests.test_writer import lsm_rows, make_table
@@ -218,8 +220,83 @@ def test_bad_input_exits_2_and_writes_nothing(
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.count("\n") == 1 and message in proc.stderr and "Traceback" not in proc.stderr
     else:
-        from memwal_core.errors import BadInputError
-
         with pytest.raises(BadInputError, match=message):
             ingest(MemWalTable.open(uri), paths, engine="spark")
     assert tree_digest(tmp_path / "t") == before
+
+
+REFUSED_SOURCES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
+    "bad-file": (lambda d: [_write(d / "s.parquet", b"PAR1 not a parquet file")], "s.parquet"),
+    "bad-schema": (
+        lambda d: [_parquet(d / "s.parquet", pa.table({"idx": [1], "name": ["a"], "score": [1.0]}))],
+        "column idx is not in the table schema",
+    ),
+    "null-key": (
+        lambda d: [
+            _parquet(d / "s.parquet", pa.table({"id": [5, None], "name": ["a", "b"], "score": [1.0, 2.0]}))
+        ],
+        "column id has 1 null",
+    ),
+    "missing-file": (lambda d: [str(d / "nothing.parquet")], "does not exist"),
+    "unknown-format": (lambda d: [_write(d / "s.xyz", b"1,a,1.0\n")], "cannot tell the format"),
+    "fifo": (lambda d: [_fifo(d / "s.csv")], "is not a regular file"),
+    "flush-interval-of-hours": (
+        lambda d: ["--wal-flush-interval-ms", str(3_600_000)],
+        "--wal-flush-interval-ms",
+    ),
+    "zero-memtable-rows": (lambda d: ["--max-memtable-rows", "0"], "--max-memtable-rows"),
+}
+
+
+def _write(path: Path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+def _parquet(path: Path, rows: pa.Table) -> str:
+    pq.write_table(rows, path)
+    return str(path)
+
+
+def _fifo(path: Path) -> str:
+    os.mkfifo(path)
+    return str(path)
+
+
+def test_refused_ingests_never_claim_a_region(tmp_path: Path) -> None:
+    """A claim bumps the region's epoch and fences its live writer: every check comes before any claim."""
+    uri = make_table(tmp_path / "t", bucket_column="id", num_buckets=2)
+    good = _parquet(tmp_path / "good.parquet", source_rows(200, offset=1000))
+    with MemWalWriter(uri, durable_write=False) as live:
+        live.put(source_rows(50, offset=500))  # claims both regions
+        claimed = {r: m.writer_epoch for r, m in MemWalTable.open(uri).read_regions().items() if m}
+        assert len(claimed) == 2
+        for name, (make, message) in REFUSED_SOURCES.items():
+            case = tmp_path / name
+            case.mkdir()
+            proc = run_cli("ingest", uri, good, *make(case))
+            assert proc.returncode == 2, (name, proc.stderr)
+            assert proc.stderr.count("\n") == 1 and message in proc.stderr, (name, proc.stderr)
+            epochs = {r: m.writer_epoch for r, m in MemWalTable.open(uri).read_regions().items() if m}
+            assert epochs == claimed, f"{name}: a refused ingest claimed a region"
+        live.put(source_rows(50, offset=600))  # still the regions' writer: never fenced
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_memtable_rows": 0},
+        {"max_memtable_batches": 0},
+        {"max_wal_flush_interval_ms": 3_600_000},
+        {"max_memtable_size": -1},
+        {"max_wal_buffer_size": 1.5},
+        {"max_unflushed_memtable_bytes": True},
+        {"durable_write": "yes"},
+    ],
+)
+def test_writer_options_lance_would_check_only_after_claiming_are_refused_when_made(
+    options: dict[str, Any],
+) -> None:
+    name = next(iter(options))
+    with pytest.raises(BadInputError, match=f"writer option {name} must be"):
+        WriterOptions(**options)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
+from memwal_core.errors import CorruptMetadataError
 from memwal_core.model.lease import KEEP_RECORDS, LEASE_DIR, Lease, LeaseBusyError, LeaseLostError
 from memwal_core.storage.options import StorageOptions
 from memwal_core.storage.stores import open_store
@@ -58,7 +62,6 @@ def test_renewal_keeps_the_lease(tmp_path: object) -> None:
 
 
 def test_lease_of_a_killed_local_holder_is_free_at_once(tmp_path: object) -> None:
-    import json
     import socket
     import subprocess
     import sys
@@ -95,3 +98,69 @@ def test_old_records_are_pruned_and_a_quiet_lease_deletes_nothing(
     with Lease(store, "merge-p", ttl=60):
         pass
     assert store.stats.snapshot().get("delete", 0) - deletes <= 2, "only records past the window are deleted"
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        b"\xff\xfe garbled \x00",
+        bytes(64),
+        b"",
+        b'{"owner": "h:1:a", "expires_at": 1',
+        b"[1, 2]",
+        b'{"owner": 5, "expires_at": 1}',
+        b'{"owner": null, "expires_at": "soon"}',
+        b'{"owner": "h:1:a", "expires_at": true}',
+        b'{"owner": "h:1:a", "expires_at": Infinity}',
+        b'{"owner": "h:1:a", "expires_at": NaN}',
+        b'{"owner": "h:1:a", "expires_at": 1e300}',
+    ],
+    ids=[
+        "garbled",
+        "zeroed",
+        "empty",
+        "torn",
+        "not-an-object",
+        "owner-not-a-string",
+        "expiry-not-a-number",
+        "expiry-a-boolean",
+        "expiry-infinite",
+        "expiry-nan",
+        "expiry-centuries-away",
+    ],
+)
+def test_an_unreadable_record_is_held_for_one_ttl_from_its_write_then_taken_over_by_one(
+    tmp_path: Path, record: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Never free at once (two mergers on one region), never held forever (a table stuck on one object)."""
+    store = open_store(str(tmp_path), StorageOptions())
+    with Lease(store, "merge-u", ttl=60):
+        pass
+    damaged = max((tmp_path / LEASE_DIR / "merge-u").iterdir())
+    damaged.write_bytes(record)
+    for _ in range(2):  # a waiting acquire does not wait for it either: the damage is reported at once
+        with pytest.raises(
+            CorruptMetadataError, match=f"lease record {damaged} is unreadable; .* held until"
+        ):
+            Lease(store, "merge-u", ttl=60).acquire(wait=0.3, poll=0.05)
+    assert max((tmp_path / LEASE_DIR / "merge-u").iterdir()) == damaged, "nothing written over the damage"
+    written = time.time() - 61
+    os.utime(damaged, (written, written))
+    takers = [Lease(store, "merge-u", ttl=60) for _ in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        won = list(pool.map(lambda lease: lease.try_acquire(), takers))
+    assert won.count(True) == 1, "exactly one taker wins the damaged record"
+    winner = takers[won.index(True)]
+    assert winner.held is not None and winner.held.seq == int(damaged.stem) + 1
+    assert f"lease record {damaged} was unreadable" in caplog.text
+    assert not Lease(store, "merge-u", ttl=60).try_acquire(), "the taker holds it like any lease"
+    winner.release()
+
+
+def test_a_record_expiring_within_a_day_of_its_write_is_a_record(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path), StorageOptions())
+    store.put_if_not_exists(
+        f"{LEASE_DIR}/merge-l/00000000000000000001.json",
+        json.dumps({"owner": "another-host:1:cafe", "expires_at": time.time() + 20 * 3600}).encode(),
+    )
+    assert not Lease(store, "merge-l", ttl=60).try_acquire(), "a long lease of a live holder is kept"

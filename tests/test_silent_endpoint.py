@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
+from tests.support.cli import timed_cli
 from tests.support.silent import SilentEndpoint
 
-ROOT = Path(__file__).resolve().parent.parent
 TABLE = "s3://silent-bucket/table"
 # Each command with the arguments it requires.
 COMMANDS = {
@@ -41,18 +37,6 @@ def endpoint() -> Iterator[SilentEndpoint]:
         yield silent
 
 
-def timed(args: list[str]) -> tuple[subprocess.CompletedProcess[str], float]:
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "memwal_core.cli.main", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    return done, time.monotonic() - started
-
-
 def test_every_command_fails_within_its_time_limit(endpoint: SilentEndpoint) -> None:
     runs = {
         name: [name, TABLE, *extra, *endpoint.storage_options(**SHORT)] for name, extra in COMMANDS.items()
@@ -60,7 +44,7 @@ def test_every_command_fails_within_its_time_limit(endpoint: SilentEndpoint) -> 
     # The default limits, once: the command a user runs without setting any.
     runs["status (default limits)"] = ["status", TABLE, *endpoint.storage_options()]
     with ThreadPoolExecutor(len(runs)) as pool:
-        results = dict(zip(runs, pool.map(timed, runs.values()), strict=True))
+        results = dict(zip(runs, pool.map(timed_cli, runs.values()), strict=True))
     for name, (done, seconds) in results.items():
         bound = DEFAULT_BOUND if "default" in name else float(SHORT["client_retry_timeout"]) + STARTUP
         lines = done.stderr.strip().splitlines()

@@ -35,12 +35,13 @@ from memwal_core.services.initialize import RegionSpecChoice, initialize
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.merge.commit import AUTO, COMMIT_FORMS
 from memwal_core.services.merge.engine import make_engine
+from memwal_core.services.merge.plan import RegionFailure
 from memwal_core.services.merge.service import merge
 from memwal_core.services.retain import parse_duration, retain
 from memwal_core.services.snapshot.plan import DEFAULT_INLINE_THRESHOLD
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
-from memwal_core.services.writer import WriterOptions
+from memwal_core.services.writer import MAX_WAL_FLUSH_INTERVAL_MS, WriterOptions
 from memwal_core.storage.options import StorageOptions
 from memwal_core.table import MemWalTable
 
@@ -108,8 +109,14 @@ def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
         dry_run=args.dry_run,
         progress=RegionProgress(),
     )
-    code = max((f.exit_code for f in result.failures), default=0)
-    return result.to_json(), result.to_text(), code
+    return result.to_json(), result.to_text(), _failed_regions(args.command, result.failures)
+
+
+def _failed_regions(command: str, failures: Sequence[RegionFailure]) -> int:
+    """One error line per region that failed alone (the others went on); the exit status they call for."""
+    for failure in failures:
+        print(f"memwal {command}: error: {failure.message}", file=sys.stderr)
+    return max((f.exit_code for f in failures), default=0)
 
 
 def _cmd_catchup(args: argparse.Namespace, table: MemWalTable) -> Outcome:
@@ -168,8 +175,7 @@ def _cmd_ingest(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 def _cmd_gc(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     policy = GcPolicy(grace_seconds=args.grace_seconds)
     result = gc(table, dry_run=args.dry_run, policy=policy, progress=RegionProgress())
-    code = max((f.exit_code for f in result.failures), default=0)
-    return result.to_json(), result.to_text(), code
+    return result.to_json(), result.to_text(), _failed_regions(args.command, result.failures)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -323,7 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-memtable-rows", type=count(), metavar="N", help="rows per MemTable (and per write call)"
     )
-    p.add_argument("--wal-flush-interval-ms", type=count(1), metavar="MS", help="Lance's WAL flush interval")
+    p.add_argument(
+        "--wal-flush-interval-ms",
+        type=count(1, MAX_WAL_FLUSH_INTERVAL_MS),
+        metavar="MS",
+        help="Lance's WAL flush interval",
+    )
     p.set_defaults(run=_cmd_ingest)
 
     p = sub.add_parser("retain", parents=[common], help="remove old base-table versions (never tagged ones)")

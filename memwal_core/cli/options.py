@@ -11,8 +11,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-# Counts go to Lance and Arrow as signed 64-bit integers.
-INT64_MAX = 2**63 - 1
+from memwal_core.services.writer import INT64_MAX
 
 
 def count(minimum: int = 1, maximum: int = INT64_MAX) -> Callable[[str], int]:

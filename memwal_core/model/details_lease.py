@@ -32,3 +32,12 @@ def details_lease(
         yield lease
     finally:
         lease.release()
+
+
+def check_details_lease(store: ObjectStore, *, ttl: float = DEFAULT_DETAILS_LEASE_TTL) -> None:
+    """CorruptMetadataError, naming the record, if the lease's newest record is unreadable and young.
+
+    Every merge commit takes this lease: a round that went on would collapse
+    every region only to fail them all at their commits, with one error each.
+    """
+    Lease(store, DETAILS_LEASE, ttl=ttl).latest()

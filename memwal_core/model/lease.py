@@ -5,23 +5,42 @@ Every state change (acquire, renew, release, take over an expired lease)
 writes the next number with put-if-not-exists, so exactly one writer wins
 each change and a holder that loses a renewal knows it lost the lease.
 Expiry is wall-clock time, so holders renew well before it (`ttl / 3`).
+
+A newest record that cannot be decoded (torn, garbled, zeroed, or expiring
+more than `MAX_TTL` after it was written) is held by
+nobody we can name. It is never free at once, or a second merger could take a
+region from a live holder whose record got damaged; nor is it held forever,
+or one damaged object would stop every merge of the table. It counts as held
+for one TTL after the object's modification time, then it is taken over like
+an expired record: a live holder renews at least every `ttl / 3`, each renewal
+a new record, so a newest record older than a TTL has no live holder. While
+it counts as held, the lease fails with CorruptMetadataError naming the
+object and the time it frees; the takeover is logged with the object's path.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import math
 import os
 import socket
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 from memwal_core.errors import AlreadyExistsError, ConflictError, CorruptMetadataError
 from memwal_core.storage.object_store import ObjectStore
 
+log = logging.getLogger(__name__)
+
 LEASE_DIR = "_memwal_leases"
 KEEP_RECORDS = 16
+# No holder asks for more than this: a record that expires further after it was written is damaged.
+MAX_TTL = 86_400.0
 
 
 class LeaseBusyError(ConflictError):
@@ -37,10 +56,32 @@ class LeaseRecord:
     seq: int
     owner: str | None
     expires_at: float
+    # Decoded from nothing: an undecodable record past its TTL (see the module docstring).
+    unreadable: bool = False
 
     def live(self, now: float) -> bool:
         """Held, unexpired, and not by a process of this host that has died (e.g. kill -9)."""
         return self.owner is not None and self.expires_at > now and not _dead_local_owner(self.owner)
+
+
+def decode_record(seq: int, raw: bytes) -> LeaseRecord | None:
+    """The record stored as `raw`, or None if it is not one (a string or null owner, a finite expiry)."""
+    try:
+        data: Any = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    owner, expires_at = data.get("owner"), data.get("expires_at")
+    if not (owner is None or isinstance(owner, str)):
+        return None
+    if (
+        isinstance(expires_at, bool)
+        or not isinstance(expires_at, int | float)
+        or not math.isfinite(expires_at)
+    ):
+        return None
+    return LeaseRecord(seq, owner, float(expires_at))
 
 
 def _owner_id() -> str:
@@ -80,26 +121,37 @@ class Lease:
     def _path(self, seq: int) -> str:
         return f"{self.dir}/{seq:020d}.json"
 
-    def _record_numbers(self) -> list[int]:
-        """Numbers of the records stored now, ascending (one LIST)."""
-        names = [info.path.rsplit("/", 1)[-1] for info in self.store.list_files(self.dir)]
-        return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+    def _stored(self) -> dict[int, float]:
+        """The records stored now: number -> modification time (one LIST)."""
+        stored = {}
+        for info in self.store.list_files(self.dir):
+            name = info.path.rsplit("/", 1)[-1]
+            if name.endswith(".json") and name[:-5].isdigit():
+                stored[int(name[:-5])] = info.mtime
+        return stored
 
     def latest(self) -> LeaseRecord | None:
-        """The newest record, or None if the lease was never taken."""
-        return self._read_latest(self._record_numbers())
+        """The newest record, or None if the lease was never taken.
 
-    def _read_latest(self, seqs: list[int]) -> LeaseRecord | None:
-        if not seqs:
+        CorruptMetadataError if it cannot be decoded and is younger than the TTL.
+        """
+        return self._read_latest(self._stored())
+
+    def _read_latest(self, stored: dict[int, float]) -> LeaseRecord | None:
+        if not stored:
             return None
-        raw = self.store.read(self._path(seqs[-1]))
-        try:
-            data = json.loads(raw)
-            return LeaseRecord(seqs[-1], data.get("owner"), float(data["expires_at"]))
-        except (ValueError, KeyError, TypeError) as exc:
+        seq = max(stored)
+        record = decode_record(seq, self.store.read(self._path(seq)))
+        if record is not None and record.expires_at <= stored[seq] + MAX_TTL:
+            return record
+        frees_at = stored[seq] + self.ttl
+        if time.time() < frees_at:
+            when = datetime.fromtimestamp(frees_at, UTC).isoformat(timespec="seconds")
             raise CorruptMetadataError(
-                f"lease record {self.store.describe(self._path(seqs[-1]))} is unreadable"
-            ) from exc
+                f"lease record {self.store.describe(self._path(seq))} is unreadable; it counts as held "
+                f"until {when} (the lease's {self.ttl:g} s TTL after it was written), then it is taken over"
+            )
+        return LeaseRecord(seq, None, frees_at, unreadable=True)
 
     def _write(self, seq: int, owner: str | None, expires_at: float) -> LeaseRecord:
         payload = json.dumps({"owner": owner, "expires_at": expires_at, "written_at": time.time()})
@@ -108,7 +160,7 @@ class Lease:
 
     def try_acquire(self) -> bool:
         """Take the lease if it is free or expired; False if a live holder has it."""
-        stored = self._record_numbers()
+        stored = self._stored()
         current = self._read_latest(stored)
         now = time.time()
         if current is not None and current.live(now) and current.owner != self.owner:
@@ -118,6 +170,12 @@ class Lease:
             self.held = self._write(seq, self.owner, now + self.ttl)
         except AlreadyExistsError:
             return False
+        if current is not None and current.unreadable:
+            log.warning(
+                "lease record %s was unreadable and older than the lease's %g s TTL: taken over",
+                self.store.describe(self._path(current.seq)),
+                self.ttl,
+            )
         # Only records the LIST saw, so a quiet lease costs no DELETE at all.
         self.store.map(self.store.delete, [self._path(old) for old in stored if old <= seq - KEEP_RECORDS])
         return True

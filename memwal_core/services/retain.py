@@ -86,10 +86,6 @@ class RetentionResult:
         return "\n".join(lines)
 
 
-def _version_numbers(table: MemWalTable) -> list[int]:
-    return sorted(int(v["version"]) for v in table.dataset().versions())
-
-
 def _snapshot_file_gone(table: MemWalTable) -> bool:
     """Whether the latest details name a region snapshot stored in a file that can no longer be read."""
     from memwal_core.services.snapshot.stored import read_stored_snapshot
@@ -125,13 +121,13 @@ def retain(
     if keep_versions is not None and keep_versions < 1:
         raise BadInputError(f"--keep-versions must be at least 1, not {keep_versions}")
     started = time.perf_counter()
-    before = _version_numbers(table)
+    before = table.version_numbers()
     dataset = table.dataset()
     tagged = sorted({int(t["version"]) for t in dataset.tags.list().values()})
     stats = dataset.cleanup_old_versions(
         older_than=older_than, retain_versions=keep_versions, error_if_tagged_old_versions=False
     )
-    after = _version_numbers(table)
+    after = table.version_numbers()
     rebuilt = _snapshot_file_gone(table)
     if rebuilt:
         from memwal_core.services.snapshot.service import build_snapshot

@@ -45,9 +45,22 @@ OVERFULL_REPLAY = "past what the memtable replaying it can hold"
 RECOVERY_LIMITS = {"max_memtable_rows": 10_000_000, "max_memtable_batches": 1_000_000}
 
 
+# A durable put waits for the next WAL flush, holding its caller (and the region it claimed) that
+# long: an interval over a minute is a mistake, not a setting.
+MAX_WAL_FLUSH_INTERVAL_MS = 60_000
+# Counts and sizes go to Lance and Arrow, which take them as (at most) signed 64-bit integers.
+INT64_MAX = 2**63 - 1
+
+
 @dataclass(frozen=True)
 class WriterOptions:
-    """Lance's native writer settings, passed through as given (None: the table's default)."""
+    """Lance's native writer settings, passed through as given (None: the table's default).
+
+    Checked when made, because Lance checks some of them only after it has
+    claimed the region, which fences the region's live writer for nothing: a
+    zero `max_memtable_rows` fails the first put, a zero `max_memtable_batches`
+    panics, a flush interval of hours makes every durable put wait that long.
+    """
 
     durable_write: bool | None = True
     max_wal_buffer_size: int | None = None
@@ -56,6 +69,20 @@ class WriterOptions:
     max_memtable_rows: int | None = None
     max_memtable_batches: int | None = None
     max_unflushed_memtable_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.durable_write is not None and not isinstance(self.durable_write, bool):
+            raise BadInputError(
+                f"writer option durable_write must be true or false, not {self.durable_write!r}"
+            )
+        for name, value in asdict(self).items():
+            if name == "durable_write" or value is None:
+                continue
+            highest = MAX_WAL_FLUSH_INTERVAL_MS if name == "max_wal_flush_interval_ms" else INT64_MAX
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= highest:
+                raise BadInputError(
+                    f"writer option {name} must be a whole number from 1 to {highest}, not {value!r}"
+                )
 
     def native(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

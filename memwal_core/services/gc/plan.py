@@ -125,7 +125,7 @@ def retained_progress(table: MemWalTable, dataset: Any) -> tuple[list[int], list
 
     Versions without MemWAL constrain nothing: no LSM view exists at them.
     """
-    versions = {int(v["version"]) for v in dataset.versions()}
+    versions = set(table.version_numbers(dataset))
     versions |= {int(tag["version"]) for tag in dataset.tags.list().values()}
 
     def progress(version: int) -> dict[str, int] | None:
@@ -178,10 +178,10 @@ def plan_region(
     """The plan of one region; None if it has no manifest yet."""
     store = table.store
     manifests = table.region_store(region)
-    try:
-        # Read before listing directories: a directory flushed after this read is young or in flight.
-        latest = manifests.read_latest()
-    except NotFoundError:
+    # Read before listing directories: a directory flushed after this read is young or in flight.
+    # None: not claimed yet; generations without a manifest are corrupt, and fail the region.
+    latest = table.read_region(region)
+    if latest is None:
         return None
     grace = policy.grace_seconds
     listed = {g.path for g in latest.generations}

@@ -136,7 +136,6 @@ def gc(
                     outcome = future.result()
                 except MemwalError as exc:
                     failures.append(RegionFailure(region, str(exc), exc.exit_code))
-                    log.error("region %s: %s", region, exc)
                     continue
                 outcomes.append(outcome)
                 log.info(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from memwal_core.errors import BadInputError, NotFoundError, SchemaError, StorageError
+from memwal_core.errors import BadInputError, NotFoundError, SchemaError, StorageError, first_line
 from memwal_core.model.rows import conform
 from memwal_core.storage.options import StorageOptions
 
@@ -83,7 +83,12 @@ class SourceFiles:
         except SchemaError:
             raise
         except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeDecodeError) as exc:
-            raise SchemaError(f"source {path}: {str(exc).splitlines()[0][:300]}") from None
+            raise SchemaError(f"source {path}: {first_line(str(exc))}") from None
+        except OSError as exc:  # a local file we may not read is bad input; S3 trouble is the store's
+            failure = StorageError if path.startswith("s3://") else BadInputError
+            raise failure(
+                f"cannot read source {path}: {first_line(str(exc) or type(exc).__name__)}"
+            ) from None
 
 
 def _read(handle: Any, fmt: str, schema: pa.Schema) -> Iterator[pa.Table]:
@@ -134,6 +139,10 @@ def resolve_sources(
         matched = _expand_s3(path, options) if path.startswith("s3://") else _expand_local(path)
         if not matched:
             raise NotFoundError(f"source {path} does not exist")
+        # Opening a FIFO or a device would block or read forever; a directory a glob matched is no file.
+        irregular = [f for f in matched if not f.startswith("s3://") and not os.path.isfile(f)]
+        if irregular:
+            raise BadInputError(f"source {irregular[0]} is not a regular file")
         files.extend(matched)
     unique = tuple(dict.fromkeys(files))
     formats = tuple(fmt or infer_format(f) for f in unique)
@@ -150,7 +159,7 @@ def _expand_local(path: str) -> list[str]:
             for name in names
             if not name.startswith((".", "_"))
         )
-    return sorted(glob.glob(path)) if glob.has_magic(path) else ([path] if os.path.isfile(path) else [])
+    return sorted(glob.glob(path)) if glob.has_magic(path) else ([path] if os.path.exists(path) else [])
 
 
 def _expand_s3(path: str, options: Mapping[str, str]) -> list[str]:

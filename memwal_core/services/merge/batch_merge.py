@@ -67,8 +67,8 @@ class BatchOutcome:
     commit: BatchResult | None = None
 
     def fail(self, region: str, error: MemwalError) -> None:
+        """Record a failed region (its one-line error is printed by whoever reports the round)."""
         self.failures.append(RegionFailure(region, str(error), error.exit_code))
-        log.error("region %s: %s", region, error)
 
 
 def _is_retryable_conflict(exc: BaseException) -> bool:
@@ -161,19 +161,28 @@ class BatchMerge:
         return outcome
 
     def _hold(self, batch: Sequence[RegionMergePlan], outcome: BatchOutcome) -> dict[str, Lease]:
-        """Take every region's merge lease (in parallel); a busy region is skipped, as when merged alone."""
+        """Take every region's merge lease (in parallel); a busy region is skipped, as when merged alone,
+        and a region whose lease cannot be read (a damaged record) fails alone."""
 
-        def take(plan: RegionMergePlan) -> Lease | None:
+        def take(plan: RegionMergePlan) -> Lease | MemwalError | None:
             lease = Lease(self.table.store, f"merge-{plan.region}", ttl=self.lease_ttl)
             try:
                 return lease.acquire(wait=self.lease_wait)
             except LeaseBusyError as exc:
                 log.info("region %s: skipped, %s", plan.region, exc)
                 return None
+            except MemwalError as exc:
+                return exc
 
-        leases = dict(zip([p.region for p in batch], self.table.store.map(take, batch), strict=True))
-        outcome.busy.extend(r for r, lease in leases.items() if lease is None)
-        return {r: lease for r, lease in leases.items() if lease is not None}
+        held: dict[str, Lease] = {}
+        for region, got in zip([p.region for p in batch], self.table.store.map(take, batch), strict=True):
+            if got is None:
+                outcome.busy.append(region)
+            elif isinstance(got, MemwalError):
+                outcome.fail(region, got)
+            else:
+                held[region] = got
+        return held
 
     def _collapse(
         self, plans: Sequence[RegionMergePlan], sources: _Sources, outcome: BatchOutcome

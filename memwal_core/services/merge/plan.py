@@ -92,6 +92,11 @@ class RegionFailure:
     error: str
     exit_code: int = 1
 
+    @property
+    def message(self) -> str:
+        """The error as one line that names the region (most errors already do, in their object's path)."""
+        return self.error if self.region in self.error else f"region {self.region}: {self.error}"
+
 
 @dataclass(frozen=True)
 class MergePlan:

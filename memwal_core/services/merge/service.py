@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from memwal_core.model.details_lease import check_details_lease
 from memwal_core.services.merge.batch import MergeBudget, next_batch
 from memwal_core.services.merge.batch_merge import DEFAULT_LEASE_TTL, BatchMerge
 from memwal_core.services.merge.commit import AUTO, check_commit_form
@@ -85,6 +86,8 @@ def merge(
     failures = list(plan.failures)
     busy: list[str] = []
     if not dry_run:
+        if plan.regions:
+            check_details_lease(table.store, ttl=lease_ttl)
         merger = BatchMerge(
             table,
             plan.primary_key,

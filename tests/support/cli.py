@@ -1,0 +1,23 @@
+"""The real `memwal` command in a subprocess, timed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def timed_cli(args: list[str], *, timeout: float = 300) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run `python -m memwal_core.cli.main *args` from the project root; the result and its seconds."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "memwal_core.cli.main", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return done, time.monotonic() - started
