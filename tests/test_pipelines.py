@@ -425,6 +425,22 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     assert all(r.is_success for r in runs)
     gc_line = next(line for line in proc.stdout.splitlines() if line.startswith("gc "))
     assert "lsm_consistency=passed" in gc_line and "generations_deleted=" in gc_line
+    # The closing hint is a `dg dev` command for where the demo ran: its settings load the
+    # location there (checked with `dg check defs`, which takes the same ones).
+    hint = proc.stderr.splitlines()[-2].split()
+    assert hint[:2] == [f"DAGSTER_HOME={home}", f"MEMWAL_TABLE_URI={tmp_path / 'demo' / 'table'}"], hint
+    assert hint[3:] == ["dev", "-h", "127.0.0.1", "--target-path", os.path.relpath(ROOT, tmp_path)], hint
+    checked = subprocess.run(
+        [hint[2], "check", "defs", *hint[-2:]],
+        cwd=tmp_path,
+        env={**env, **dict(word.split("=", 1) for word in hint[:2])},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert checked.returncode == 0 and "All definitions loaded successfully." in checked.stdout, (
+        checked.stderr
+    )
 
 
 def test_ingest_job_loads_files_and_the_sensor_merges_them(tmp_path: Path) -> None:

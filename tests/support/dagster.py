@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
+from memwal_pipelines import INSTANCE_CONFIG
 from tests.support.service import (
     LOOPBACK,
     EarlyExit,
@@ -72,7 +73,7 @@ class DagsterDeployment(LoopbackService):
         from dagster._core.instance.ref import InstanceRef
 
         self.home.mkdir(parents=True, exist_ok=True)
-        shutil.copy(PROJECT_ROOT / "dagster.yaml", self.home / "dagster.yaml")
+        shutil.copy(INSTANCE_CONFIG, self.home / "dagster.yaml")
         # Create the sqlite storage here, once: the webserver, the daemon and the code server
         # starting together on an empty DAGSTER_HOME race to stamp its schema (seen: alembic's
         # "Version table 'alembic_version' has more than one head present").
