@@ -66,6 +66,13 @@ def status_recorded(result: SensorResult) -> list[dict[str, Any]]:
     ]
 
 
+def assert_plottable(events: list[dict[str, Any]]) -> None:
+    """The same keys in every event, each always an int or always a float: one plot per key."""
+    assert len({tuple(sorted(e)) for e in events}) == 1, "every event has the same keys"
+    kinds = {(k, type(v)) for e in events for k, v in e.items()}
+    assert {kind for _, kind in kinds} <= {int, float} and len(kinds) == len(events[0]), kinds
+
+
 def test_default_location_and_table_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert defs.resolve_asset_graph().get_all_asset_keys()
     listing = tmp_path / "tables.yaml"
@@ -105,6 +112,13 @@ def test_sensor_adds_regions_observes_once_and_keys_runs_by_generation(tmp_path:
     first = tick(keys, instance, None)
     assert sorted(instance.get_dynamic_partitions(keys.regions_name)) == sorted(regions)
     assert sorted(observed(first)) == sorted(regions)
+    assert_plottable(
+        [
+            {k: v.value for k, v in e.metadata.items()}
+            for e in first.asset_events
+            if isinstance(e, AssetObservation)
+        ]
+    )
     (round_request,) = first.run_requests or []
     partitions = instance.get_dynamic_partitions(keys.regions_name)
     assert round_request.partition_key_range == PartitionKeyRange(partitions[0], partitions[-1])
@@ -195,6 +209,8 @@ def test_one_tick_one_run_merges_sixteen_regions_each_with_its_own_figures(tmp_p
     }
     assert set(refreshed) == set(generations)
     assert all(m["pending_generations"].value == 0 for m in refreshed.values())
+    assert_plottable(list(figures.values()))
+    assert_plottable([{k: v.value for k, v in m.items()} for m in refreshed.values()])
     assert {r: m["merged_generation"].value for r, m in refreshed.items()} == generations
     table.assert_merged()
     after = tick(keys, instance, first.cursor)
