@@ -3,20 +3,24 @@
 The README's first command runs this (through `memwal demo`), and tests and
 benchmarks use it to make realistic tables: several regions, many flushed
 generations, updates, deletes and re-inserts, and a re-claimed region (so
-writer epochs are above 1). It returns the operations it applied, so callers
+writer epochs are above 1). Its regions are bucketed by `id`, so writers and
+ingestion route to them. It returns the operations it applied, so callers
 can build their own model of the expected rows.
 """
 
 from __future__ import annotations
 
 import random
-import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from memwal_core.storage.options import StorageOptions
+
+if TYPE_CHECKING:
+    from memwal_core.model.routing import RegionSpec
 
 DEMO_SCHEMA = pa.schema(
     [
@@ -64,15 +68,22 @@ def write_demo_table(
 ) -> DemoLog:
     """Create a table at `uri`, enable MemWAL, and write a backlog through the native writer.
 
-    Each region owns a disjoint key range (keys are routed by hand, as a
-    manually-sharded table does); its generations update base keys, insert
-    new keys, and delete some keys. The last region's writer is re-opened,
-    which claims the region again and bumps its epoch.
+    Rows are routed by a bucket region spec on `id` with `regions` buckets, so
+    `MemWalWriter` and `memwal ingest` work on the demo table as on any
+    bucketed one. Each bucket's region is created as memwal's writer creates it
+    (its manifest records the bucket), then written by Lance's own writer: its
+    generations update keys of that bucket, insert new ones and delete some.
+    The last region's writer is re-opened, which claims the region again and
+    bumps its epoch.
     """
     import lance
 
+    from memwal_core.model.region_directory import RegionDirectory
+    from memwal_core.model.routing import region_spec_of
+    from memwal_core.table import MemWalTable
+
     rng = random.Random(seed)
-    options = StorageOptions(storage_options or {}).as_dict() or None
+    options = StorageOptions(storage_options or {})
     log = DemoLog()
     log.base = {k: (f"base-{k}", float(k)) for k in range(base_rows)}
     keys = sorted(log.base)
@@ -84,40 +95,53 @@ def write_demo_table(
         },
         schema=DEMO_SCHEMA,
     )
-    dataset = lance.write_dataset(base, uri, mode="create", storage_options=options)
-    dataset.initialize_mem_wal()
+    dataset = lance.write_dataset(base, uri, mode="create", storage_options=options.as_dict())
+    dataset.initialize_mem_wal(bucket_column="id", num_buckets=regions)
+    spec = region_spec_of(dataset)
+    assert spec is not None, "initialize_mem_wal(bucket_column=...) records a region spec"
+    buckets, region_values = spec.route(base)
     key_schema = pa.schema([DEMO_SCHEMA.field("id")])
-    span = max(1, base_rows // regions)
-    for r in range(regions):
-        region = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-        log.regions.append(region)
-        owned = list(range(r * span, (r + 1) * span))
-        next_new = base_rows + r * 1_000_000
-        claims = 2 if r == regions - 1 else 1
-        per_claim = -(-rounds // claims)
-        written = 0
-        for _claim in range(claims):
-            with dataset.mem_wal_writer(region, max_memtable_rows=rows_per_generation) as writer:
-                for _round in range(min(per_claim, rounds - written)):
-                    updates = rng.sample(owned, min(len(owned), rows_per_generation // 2))
-                    fresh = list(range(next_new, next_new + rows_per_generation - len(updates)))
-                    next_new += len(fresh)
-                    owned.extend(fresh)
-                    put_keys = updates + fresh
-                    values = [(f"r{r}-v{rng.randrange(10**6)}", rng.random()) for _ in put_keys]
-                    writer.put(
-                        pa.table(
-                            {
-                                "id": put_keys,
-                                "name": [v[0] for v in values],
-                                "score": [v[1] for v in values],
-                            },
-                            schema=DEMO_SCHEMA,
+    with MemWalTable(uri, options) as table:
+        directory = RegionDirectory(table, spec)
+        for r, value in enumerate(region_values):
+            region = directory.region_for(value)
+            log.regions.append(region)
+            owned = [k for k, b in zip(keys, buckets, strict=True) if b == r]
+            fresh_keys = _bucket_keys(spec, r, start=base_rows + r * 1_000_000)
+            claims = 2 if r == regions - 1 else 1
+            per_claim = -(-rounds // claims)
+            written = 0
+            for _claim in range(claims):
+                with dataset.mem_wal_writer(region, max_memtable_rows=rows_per_generation) as writer:
+                    for _round in range(min(per_claim, rounds - written)):
+                        updates = rng.sample(owned, min(len(owned), rows_per_generation // 2))
+                        fresh = [next(fresh_keys) for _ in range(rows_per_generation - len(updates))]
+                        owned.extend(fresh)
+                        put_keys = updates + fresh
+                        values = [(f"r{r}-v{rng.randrange(10**6)}", rng.random()) for _ in put_keys]
+                        writer.put(
+                            pa.table(
+                                {
+                                    "id": put_keys,
+                                    "name": [v[0] for v in values],
+                                    "score": [v[1] for v in values],
+                                },
+                                schema=DEMO_SCHEMA,
+                            )
                         )
-                    )
-                    log.ops.append(("put", region, put_keys, values))
-                    doomed = rng.sample(owned, max(1, rows_per_generation // 20))
-                    writer.delete(pa.table({"id": doomed}, schema=key_schema))
-                    log.ops.append(("delete", region, doomed, []))
-                    written += 1
+                        log.ops.append(("put", region, put_keys, values))
+                        doomed = rng.sample(owned, max(1, rows_per_generation // 20))
+                        writer.delete(pa.table({"id": doomed}, schema=key_schema))
+                        log.ops.append(("delete", region, doomed, []))
+                        written += 1
     return log
+
+
+def _bucket_keys(spec: RegionSpec, bucket: int, *, start: int) -> Iterator[int]:
+    """New keys from `start` up that the spec routes to `bucket`, in ascending order."""
+    chunk = 1024
+    while True:
+        candidates = pa.table({"id": pa.array(range(start, start + chunk), pa.int64())})
+        codes, _values = spec.route(candidates)
+        yield from (start + i for i in range(chunk) if codes[i] == bucket)
+        start += chunk

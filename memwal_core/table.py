@@ -26,8 +26,9 @@ from memwal_core.format.index_details import IndexDetails, read_index_details
 from memwal_core.format.naming import MEM_WAL_DIR, TABLE_VERSIONS_DIR, table_manifest_name
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.region_store import RegionManifestStore
-from memwal_core.storage.object_store import ObjectStore, open_store
+from memwal_core.storage.object_store import ObjectStore
 from memwal_core.storage.options import StorageOptions
+from memwal_core.storage.stores import open_store
 
 if TYPE_CHECKING:
     import lance

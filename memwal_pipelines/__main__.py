@@ -134,7 +134,6 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("table", nargs="?", default=DEFAULT_TABLE_URI)
     demo.add_argument("--verbose", action="store_true", help="also show Dagster's own logs")
     args = parser.parse_args(argv)
-    os.environ.setdefault("LANCE_LOG", "error")
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     try:
         if not Path(args.table).joinpath("_versions").is_dir():

@@ -10,7 +10,7 @@ LSM view and the stored generations disagree).
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, asset_check
 
 from memwal_core.services.backlog import backlog
-from memwal_core.services.catchup import index_lag, maintained_indexes
+from memwal_core.services.catchup import index_state
 from memwal_core.services.consistency import check_consistency
 from memwal_core.services.gc.service import gc
 from memwal_pipelines.assets import TableKeys, gc_figures, service_metadata
@@ -52,9 +52,7 @@ def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
     )
     def index_lag_check(context: AssetCheckExecutionContext) -> AssetCheckResult:
         with getattr(context.resources, keys.table_resource).open() as opened:
-            details = opened.index_details()
-            names, _missing = maintained_indexes(opened, details)
-        lags = {name: max(index_lag(details, name).values(), default=0) for name in names}
+            lags = index_state(opened).max_lag
         return AssetCheckResult(
             passed=max(lags.values(), default=0) <= table.max_index_lag,
             metadata={"max_lag": max(lags.values(), default=0), **{f"lag_{n}": v for n, v in lags.items()}},

@@ -17,7 +17,8 @@ merge does. No run is requested while one of the table's merge runs is still
 queued: that run merges whatever is pending when it starts.
 
 `{table}_index_catchup` requests a catch-up run when a maintained index lags
-behind merged data, once per table version.
+behind merged data, or an index was created or dropped since the MemWAL
+details last listed the maintained ones, once per table version.
 
 `{table}_compaction` requests a compaction run when the base table has
 `compaction_fragment_threshold` fragments or more and Lance's planner finds
@@ -45,7 +46,7 @@ from dagster import (
 )
 
 from memwal_core.services.backlog import RegionBacklog
-from memwal_core.services.catchup import index_lag, maintained_indexes
+from memwal_core.services.catchup import index_state
 from memwal_core.services.compact import plan_compaction
 from memwal_pipelines.assets import TableKeys, read_status, region_observation, status_materialization
 from memwal_pipelines.jobs import TableJobs
@@ -154,16 +155,14 @@ def index_catchup_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefinition:
         name=f"{table.name}_index_catchup",
         job=jobs.catchup,
         minimum_interval_seconds=max(30, table.sensor_interval_seconds),
-        description="A maintained index behind merged data starts a catch-up run.",
+        description="A maintained index behind merged data, or not yet listed, starts a catch-up run.",
     )
     def index_catchup(context: SensorEvaluationContext) -> RunRequest | SkipReason:
         with table_resource(table).open() as opened:
-            details = opened.index_details()
-            names, _missing = maintained_indexes(opened, details)
-        lagging = [n for n in names if max(index_lag(details, n).values(), default=0) > 0]
-        if not lagging:
-            return SkipReason("every maintained index is caught up")
-        return RunRequest(run_key=f"{table.name}:catchup:{details.table_version}")
+            state = index_state(opened)
+        if not state.needs_catchup:
+            return SkipReason("every maintained index is caught up and listed")
+        return RunRequest(run_key=f"{table.name}:catchup:{state.table_version}")
 
     return index_catchup
 

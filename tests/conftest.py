@@ -10,8 +10,11 @@ from typing import Any
 
 import pytest
 
-# Lance logs warnings to stderr; tests read stderr for one-line errors.
-os.environ.setdefault("LANCE_LOG", "error")
+# First: memwal_core sets Lance's log up (errors only) before any test module loads lance.
+import memwal_core  # noqa: F401
+
+# LanceDB ignores LANCE_LOG and floods stderr with warnings otherwise.
+os.environ.setdefault("LANCEDB_LOG", "error")
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -16,7 +17,9 @@ from memwal_core.demo import write_demo_table
 from memwal_core.errors import NotFoundError
 from memwal_core.services.catchup import CatchupResult, catchup, plan_catchup
 from memwal_core.services.merge.service import merge
+from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
+from tests.support.model import KEYED_SCHEMA, ModelTable
 from tests.support.tables import assert_progress_never_decreases, progress_history
 
 SCHEMA = pa.schema(
@@ -147,3 +150,51 @@ def test_catchup_racing_merges_never_lowers_progress(tmp_path: Path) -> None:
         catchup(table)
         details = table.index_details()
         assert details.index_catchup["score_idx"] == details.merged
+
+
+def test_list_rewrites_racing_merges_never_lower_progress(tmp_path: Path) -> None:
+    """Dropping and re-creating an index while merges run: every catch-up rewrites the list under the
+    details lease, and no merge's progress is ever rolled back."""
+    uri = str(tmp_path / "t")
+    model = ModelTable(uri, KEYED_SCHEMA, ["id"], [{"id": i, "v": "base"} for i in range(40)])
+    lance.dataset(uri).create_scalar_index("v", "BTREE", name="v_idx")  # before the writes: they carry it
+    for r in range(2):
+        region = str(uuid.uuid4())
+        for g in range(6):
+            model.write(region, [("put", [{"id": r * 1000 + k, "v": f"g{g}"} for k in range(8)])])
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    rewrites: list[int] = []
+
+    def toggler() -> None:
+        with MemWalTable.open(uri) as table:
+            while not stop.is_set():
+                try:
+                    table.dataset().drop_index("v_idx")
+                    removed = catchup(table).maintained_list
+                    table.dataset().create_scalar_index("v", "BTREE", name="v_idx")
+                    added = catchup(table).maintained_list
+                except BaseException as exc:
+                    errors.append(exc)
+                    return
+                rewrites.extend(
+                    change.table_version for change in (removed, added) if change and change.table_version
+                )
+
+    thread = threading.Thread(target=toggler)
+    thread.start()
+    try:
+        with MemWalTable.open(uri) as table:
+            while merge(table, max_generations=1).regions:
+                time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join(timeout=600)
+    assert not errors, errors
+    assert len(rewrites) >= 2, rewrites
+    assert_progress_never_decreases(progress_history(uri))
+    with MemWalTable.open(uri) as table:
+        catchup(table)
+        assert status(table).pending_total == 0
+        assert table.index_details().maintained_indexes == ("v_idx",)
+    model.assert_merged()

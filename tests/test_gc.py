@@ -131,6 +131,35 @@ def test_lagging_index_keeps_generations_until_caught_up(tmp_path: Path) -> None
     model.assert_merged()
 
 
+def test_dropped_index_stops_keeping_generations_and_catchup_reports_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = str(tmp_path / "t")
+    model = ModelTable(uri, SCHEMA, ["id"], rows(0, 1), btree_indexes=["v"], maintained_indexes=["v_idx"])
+    region = write_generations(model, None, 2, 1)
+    with MemWalTable.open(uri) as table:
+        merge(table)
+    forget_old_versions(uri)
+    kept = run_gc(uri)
+    assert kept.to_json()["maintained_indexes"] == ["v_idx"]
+    assert reasons(kept) == {1: "index_not_caught_up", 2: "index_not_caught_up"}
+
+    # Dropped, the listed index can never catch up: it must not keep every generation forever.
+    lance.dataset(uri).drop_index("v_idx")
+    forget_old_versions(uri)
+    freed = run_gc(uri)
+    assert freed.to_json()["maintained_indexes"] == []
+    assert deleted(freed) == [1, 2] and gen_dirs(uri, region) == []
+
+    assert cli_main(["catchup", uri, "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["missing_indexes"] == ["v_idx"] and payload["indexes"] == []
+    # The list is the user's choice (maintain_all_indexes is off): reported, not rewritten.
+    assert payload["maintained_list"]["removed"] == []
+    assert lance.dataset(uri).mem_wal_index_details()["maintained_indexes"] == ["v_idx"]
+    model.assert_merged()
+
+
 def test_retained_version_keeps_time_travel_readable(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     model = new_table(uri)

@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from memwal_core.model.lease import KEEP_RECORDS, LEASE_DIR, Lease, LeaseBusyError, LeaseLostError
-from memwal_core.storage.object_store import open_store
 from memwal_core.storage.options import StorageOptions
+from memwal_core.storage.stores import open_store
 
 
 def test_one_holder_at_a_time(store_uri: tuple[str, dict[str, str]]) -> None:

@@ -12,8 +12,8 @@ from memwal_core.errors import AlreadyExistsError, CorruptMetadataError, NotFoun
 from memwal_core.format.proto import memwal_pb2 as pb
 from memwal_core.format.regions import uuid_to_proto
 from memwal_core.model.region_store import RegionManifestStore
-from memwal_core.storage.object_store import open_store
 from memwal_core.storage.options import StorageOptions
+from memwal_core.storage.stores import open_store
 
 
 def manifest_bytes(region: str, version: int, epoch: int = 1, generations: int = 0) -> bytes:

@@ -31,6 +31,8 @@ COMMANDS = {
 # A short limit for the command matrix, and the default a user gets, which must fail within 60 s.
 SHORT = {"timeout": "2s", "connect_timeout": "1s", "client_retry_timeout": "5"}
 DEFAULT_BOUND = 60.0
+# Eleven interpreters starting at once on a loaded 2-core machine take a while before their first request.
+STARTUP = 20.0
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +62,7 @@ def test_every_command_fails_within_its_time_limit(endpoint: SilentEndpoint) -> 
     with ThreadPoolExecutor(len(runs)) as pool:
         results = dict(zip(runs, pool.map(timed, runs.values()), strict=True))
     for name, (done, seconds) in results.items():
-        bound = DEFAULT_BOUND if "default" in name else float(SHORT["client_retry_timeout"]) + 10
+        bound = DEFAULT_BOUND if "default" in name else float(SHORT["client_retry_timeout"]) + STARTUP
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 1, (name, done.returncode, done.stderr)
         assert len(lines) == 1 and "storage did not answer" in lines[0], (name, done.stderr)

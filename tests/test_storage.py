@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from memwal_core.errors import AlreadyExistsError, NotFoundError, StorageError
-from memwal_core.storage.object_store import ObjectStore, open_store
+from memwal_core.storage.object_store import ObjectStore
 from memwal_core.storage.options import StorageOptions
 from memwal_core.storage.retry import RetryPolicy
+from memwal_core.storage.stores import open_store
 
 
 def _race(uri: str, options: dict[str, str], path: str, payload: bytes) -> bool:

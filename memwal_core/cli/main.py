@@ -79,7 +79,8 @@ def _cmd_init(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     result = initialize(table, keys, spec)
     return (
         result.to_json(),
-        f"MemWAL enabled on {result.table} (version {result.version}, primary key {keys})",
+        f"MemWAL enabled on {result.table} (version {result.version}, primary key {keys}, "
+        f"maintained indexes {result.maintained_indexes or 'none'})",
         0,
     )
 
@@ -344,8 +345,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # usage errors (2), --help and --version (0): argparse printed them
         return int(exc.code or 0)
-    # Lance logs warnings (such as "creating a new dataset") to stderr; keep stderr for our one-line errors.
-    os.environ.setdefault("LANCE_LOG", "error")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         options = StorageOptions.parse(args.storage_option)

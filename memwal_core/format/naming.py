@@ -14,6 +14,8 @@ from memwal_core.errors import CorruptMetadataError
 U64_MAX = (1 << 64) - 1
 MEM_WAL_DIR = "_mem_wal"
 MEM_WAL_INDEX_NAME = "__lance_mem_wal"
+# Lance's other system index (fragment reuse after a deferred index remap).
+FRAG_REUSE_INDEX_NAME = "__lance_frag_reuse"
 MEM_WAL_DETAILS_TYPE_URL = "/lance.table.MemWalIndexDetails"
 REGION_MANIFEST_DIR = "manifest"
 REGION_WAL_DIR = "wal"

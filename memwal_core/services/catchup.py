@@ -8,6 +8,11 @@ not caught up at all). An incremental `optimize_indices` adds the merged
 fragments to an index; where that does not bring it level, the index is
 retrained from the data (a rebuild). Either way we re-read the details
 afterwards and fail loudly if catch-up did not reach the progress we read.
+
+Which indexes are maintained is `model.indexes`' rule. A full catch-up first
+brings the details' `maintained_indexes` list in step with that rule
+(`services.index_list`), so an index created after `memwal init` is listed
+for readers that know only the list, such as LanceDB.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from typing import Any
 
 from memwal_core.errors import CatchupError, NotFoundError
 from memwal_core.format.index_details import IndexDetails
-from memwal_core.format.naming import MEM_WAL_INDEX_NAME
+from memwal_core.model.indexes import read_maintained
+from memwal_core.services.index_list import ListUpdate, update_maintained_list
 from memwal_core.table import MemWalTable
 
 Lag = dict[str, int]
@@ -35,19 +41,27 @@ def index_lag(details: IndexDetails, index: str) -> Lag:
     }
 
 
-def maintained_indexes(table: MemWalTable, details: IndexDetails) -> tuple[list[str], list[str]]:
-    """The indexes the MemWAL keeps up to date, and the listed ones the table no longer has.
+@dataclass(frozen=True)
+class IndexState:
+    """What a catch-up sensor or check needs: each maintained index's largest lag, and whether
+    the details' `maintained_indexes` list needs a rewrite (an index created or dropped since)."""
 
-    `maintain_all_indexes` means every index on the table; otherwise the
-    details list them (a listed index may have been dropped since).
-    """
-    existing = {d.name for d in table.dataset(details.table_version).describe_indices()} - {
-        MEM_WAL_INDEX_NAME
-    }
-    if details.maintain_all_indexes:
-        return sorted(existing), []
-    listed = set(details.maintained_indexes)
-    return sorted(listed & existing), sorted(listed - existing)
+    table_version: int
+    max_lag: dict[str, int]
+    list_outdated: bool
+
+    @property
+    def needs_catchup(self) -> bool:
+        return self.list_outdated or any(lag > 0 for lag in self.max_lag.values())
+
+
+def index_state(table: MemWalTable) -> IndexState:
+    """The maintained indexes' lag and the list's state at the latest table version."""
+    dataset = table.dataset()
+    details = table.index_details(dataset.version)
+    rule = read_maintained(table, details, dataset)
+    lags = {name: max(index_lag(details, name).values(), default=0) for name in rule.names}
+    return IndexState(details.table_version, lags, rule.list_outdated)
 
 
 @dataclass(frozen=True)
@@ -112,9 +126,11 @@ class CatchupResult:
     seconds_total: float
     dry_run: bool = False
     plan: CatchupPlan | None = field(default=None, repr=False)
+    # The `maintained_indexes` list brought in step with the rule first.
+    maintained_list: ListUpdate | None = None
 
     def to_json(self) -> dict[str, Any]:
-        payload = {
+        payload: dict[str, Any] = {
             "table": self.table,
             "dry_run": self.dry_run,
             "planned_at_version": self.planned_at_version,
@@ -122,6 +138,7 @@ class CatchupResult:
             "indexes": [r.to_json() for r in self.indexes],
             "missing_indexes": list(self.plan.missing) if self.plan else [],
             "seconds_total": round(self.seconds_total, 4),
+            "maintained_list": self.maintained_list.to_json() if self.maintained_list else None,
         }
         if self.dry_run and self.plan is not None:
             payload["plan"] = self.plan.to_json()
@@ -133,6 +150,8 @@ class CatchupResult:
             lines[0] += " [dry run]"
             for p in self.plan.indexes:
                 lines.append(f"  {p.index}  lag {sum(lag for _r, lag in p.lag)} generation(s)")
+        if self.maintained_list is not None:
+            lines += self.maintained_list.to_text()
         for r in self.indexes:
             before, after = sum(r.lag_before.values()), sum(r.lag_after.values())
             lines.append(
@@ -149,7 +168,8 @@ def plan_catchup(table: MemWalTable, *, indexes: Iterable[str] | None = None) ->
     """Measure the lag of every maintained index (or of the named ones)."""
     dataset = table.dataset()
     details = table.index_details(dataset.version)
-    maintained, missing = maintained_indexes(table, details)
+    rule = read_maintained(table, details, dataset)
+    maintained = list(rule.names)
     wanted = sorted(set(indexes)) if indexes is not None else maintained
     unknown = [name for name in wanted if name not in maintained]
     if unknown:
@@ -162,7 +182,7 @@ def plan_catchup(table: MemWalTable, *, indexes: Iterable[str] | None = None) ->
         details.table_version,
         tuple(sorted(details.merged.items())),
         tuple(IndexCatchupPlan(name, tuple(index_lag(details, name).items())) for name in wanted),
-        tuple(missing),
+        rule.missing,
     )
 
 
@@ -180,13 +200,21 @@ def _caught_up(details: IndexDetails, index: str, merged: dict[str, int]) -> boo
 
 
 def catchup(
-    table: MemWalTable, *, indexes: Iterable[str] | None = None, rebuild: bool = False, dry_run: bool = False
+    table: MemWalTable,
+    *,
+    indexes: Iterable[str] | None = None,
+    rebuild: bool = False,
+    dry_run: bool = False,
 ) -> CatchupResult:
     """Bring every maintained index (or the named ones) level with merge progress.
 
     `rebuild` retrains the lagging indexes from the data instead of adding
     the merged fragments to them (better recall after a shift in the data).
-    `dry_run` only measures the lag.
+    `dry_run` only measures the lag (and what the list would gain or lose
+    as things stand). Then the details' `maintained_indexes` list is brought
+    in step with the rule, under the details lease (so never call this
+    holding that lease): after the update, so that a new index covers the
+    merged generations before it is listed.
 
     Raises CatchupError if an index is still behind the progress read before
     the update after both an incremental update and a rebuild.
@@ -202,7 +230,16 @@ def catchup(
     results: list[IndexCatchupResult] = []
     version = plan.table_version
     if dry_run:
-        return CatchupResult(table.uri, version, version, [], time.perf_counter() - started, True, plan)
+        return CatchupResult(
+            table.uri,
+            version,
+            version,
+            [],
+            time.perf_counter() - started,
+            True,
+            plan,
+            maintained_list=update_maintained_list(table, dry_run=True),
+        )
     if behind:
         names = [p.index for p in behind]
         details = _update(table, names, retrain=rebuild)
@@ -229,11 +266,13 @@ def catchup(
         for p in plan.indexes
         if not p.behind
     ]
+    listing = update_maintained_list(table)
     return CatchupResult(
         table=table.uri,
         planned_at_version=plan.table_version,
-        table_version=version,
+        table_version=max(version, listing.table_version or version),
         indexes=sorted(results, key=lambda r: r.index),
         seconds_total=time.perf_counter() - started,
         plan=plan,
+        maintained_list=listing,
     )

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from memwal_core.errors import BadInputError
 from memwal_core.model.details_lease import details_lease
+from memwal_core.model.indexes import read_maintained
 from memwal_core.services.catchup import catchup
 from memwal_core.storage.limits import with_lance_defaults
 from memwal_core.table import MemWalTable
@@ -259,10 +260,16 @@ def compact(
         if results:
             metrics = Compaction.commit(table.dataset(), results)
             removed, added = metrics.fragments_removed, metrics.fragments_added
-        caught_up_after = table.index_details().index_catchup
+        after = table.index_details()
     # Lance 14 drops the catch-up record of every index a rewrite touched, although
-    # the indexes are remapped; an incremental catch-up writes it again at once.
-    dropped = sorted(n for n, regions in caught_up_before.items() if caught_up_after.get(n) != regions)
+    # the indexes are remapped; an incremental catch-up writes it again at once. Lance
+    # records every index, so only the maintained ones are ours to restore.
+    maintained = set(read_maintained(table, after).names)
+    dropped = sorted(
+        n
+        for n, regions in caught_up_before.items()
+        if n in maintained and after.index_catchup.get(n) != regions
+    )
     if dropped:
         catchup(table, indexes=dropped)
     latest = table.dataset()

@@ -4,6 +4,11 @@ Lance requires the primary key columns to be non-nullable and marked with the
 unenforced-primary-key metadata; `initialize_mem_wal` then writes the MemWAL
 index. Every check runs before the first change, so a refused init leaves the
 table as it was.
+
+Lance records `maintain_all_indexes` with an empty `maintained_indexes` list,
+which only Lance 14 understands; so init then lists the table's indexes
+explicitly (`services.index_list`), keeping the flag, and LanceDB's vector
+search works on the table from the start.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from memwal_core.errors import BadInputError, MemWalNotEnabledError, SchemaError
+from memwal_core.errors import BadInputError, MemwalError, MemWalNotEnabledError, SchemaError
+from memwal_core.services.index_list import update_maintained_list
 from memwal_core.table import PK_META, PK_POSITION_META, MemWalTable, primary_key_of
 
 
@@ -57,6 +63,7 @@ class InitResult:
     version: int
     primary_key: list[str]
     regions_spec: dict[str, Any]
+    maintained_indexes: list[str]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +71,7 @@ class InitResult:
             "version": self.version,
             "primary_key": self.primary_key,
             "region_spec": self.regions_spec,
+            "maintained_indexes": self.maintained_indexes,
         }
 
 
@@ -115,10 +123,19 @@ def initialize(table: MemWalTable, primary_key: list[str], spec: RegionSpecChoic
         identity_column=spec.identity_column,
         unsharded=spec.unsharded,
     )
+    try:
+        update_maintained_list(table)
+    except MemwalError as exc:
+        raise type(exc)(
+            f"MemWAL is enabled on {table.uri}, but its maintained indexes were not listed ({exc}); "
+            f"run memwal catchup {table.uri}"
+        ) from exc
     dataset = table.dataset()
+    details = dict(dataset.mem_wal_index_details() or {})
     return InitResult(
         table=table.uri,
         version=dataset.version,
         primary_key=primary_key_of(dataset.schema),
-        regions_spec=dict(dataset.mem_wal_index_details() or {}),
+        regions_spec=details,
+        maintained_indexes=list(details.get("maintained_indexes", [])),
     )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from memwal_core.errors import CorruptMetadataError, NotFoundError
-from memwal_core.services.catchup import maintained_indexes
+from memwal_core.model.indexes import read_maintained
 from memwal_core.services.snapshot.stored import read_stored_snapshot
 from memwal_core.table import MemWalTable
 
@@ -52,7 +52,7 @@ def plan_read(table: MemWalTable, *, index: str | None = None, from_snapshot: bo
     details = table.index_details(table.dataset().version)
     if not table.primary_key:
         raise CorruptMetadataError(f"table {table.uri} has no primary key; MemWAL-aware reads need one")
-    if index is not None and index not in maintained_indexes(table, details)[0]:
+    if index is not None and index not in read_maintained(table, details).names:
         raise NotFoundError(f"table {table.uri} has no index {index!r} maintained by the MemWAL")
     caught_up = details.index_catchup.get(index, {}) if index is not None else None
 

@@ -18,9 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from memwal_core.errors import NotFoundError
-from memwal_core.storage.options import StorageOptions
-
 T = TypeVar("T")
 _POOL_PREFIX = "memwal-io"
 R = TypeVar("R")
@@ -165,22 +162,3 @@ def absolute_uri(uri: str) -> str:
     if "://" in uri:
         return uri
     return str(Path(uri).expanduser().absolute())
-
-
-def open_store(uri: str, options: StorageOptions | None = None) -> ObjectStore:
-    """The store for a table URI: a local path, `file://...` or `s3://bucket/prefix`."""
-    from memwal_core.storage.local import LocalStore
-    from memwal_core.storage.s3 import S3Store
-
-    options = options or StorageOptions()
-    if uri.startswith("s3://"):
-        bucket, _, prefix = uri[len("s3://") :].partition("/")
-        if not bucket:
-            raise NotFoundError(f"{uri} names no bucket")
-        return S3Store(bucket, prefix, options)
-    if uri.startswith("file://"):
-        uri = uri[len("file://") :]
-    if "://" in uri:
-        scheme = uri.split("://", 1)[0]
-        raise NotFoundError(f"{uri}: storage scheme {scheme!r} is not supported (use a path or s3://)")
-    return LocalStore(Path(uri).expanduser().absolute())

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import urllib3
 
@@ -11,12 +11,38 @@ from memwal_core.errors import AlreadyExistsError, NotFoundError, StorageError
 from memwal_core.storage.object_store import ObjectInfo, ObjectStore, join_path
 from memwal_core.storage.options import StorageOptions
 from memwal_core.storage.retry import RetryPolicy
-from memwal_core.storage.s3_http import S3HttpError, SignedHttp
+from memwal_core.storage.s3_http import ListPage, S3HttpError, SignedHttp
 
 T = TypeVar("T")
 
 # S3 accepts at most 1,000 keys per DeleteObjects request.
 DELETE_BATCH = 1000
+# Error codes worth another attempt (with any 5xx status).
+TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown",
+        "RequestTimeout",
+        "Throttling",
+        "InternalError",
+        "ServiceUnavailable",
+        "ConditionalRequestConflict",
+        "409",
+    }
+)
+
+
+def _credentials(options: StorageOptions) -> Any:
+    """Credentials from the options, else botocore's default chain (env, profile, instance role); None: unsigned."""
+    import botocore.session
+
+    session = botocore.session.get_session()
+    key = options.first("aws_access_key_id", "access_key_id")
+    secret = options.first("aws_secret_access_key", "secret_access_key")
+    if key and secret:
+        session.set_credentials(
+            key, secret, options.first("aws_session_token", "session_token", "aws_token", "token")
+        )
+    return session.get_credentials()
 
 
 class S3Store(ObjectStore):
@@ -33,9 +59,6 @@ class S3Store(ObjectStore):
         retry: RetryPolicy | None = None,
     ) -> None:
         super().__init__(f"s3://{join_path(bucket, prefix)}", parallelism=parallelism)
-        import boto3
-        from botocore.config import Config
-
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.limits = options.time_limits()
@@ -50,80 +73,39 @@ class S3Store(ObjectStore):
             scheme = "http" if options.flag("allow_http") else "https"
             endpoint = f"{scheme}://{endpoint}"
         self.endpoint = endpoint
-        virtual = options.flag("aws_virtual_hosted_style_request", default=endpoint is None)
-        session = boto3.session.Session(
-            aws_access_key_id=options.first("aws_access_key_id", "access_key_id"),
-            aws_secret_access_key=options.first("aws_secret_access_key", "secret_access_key"),
-            aws_session_token=options.first("aws_session_token", "session_token"),
-            region_name=options.first("aws_region", "region", env=("AWS_REGION", "AWS_DEFAULT_REGION"))
-            or "us-east-1",
-        )
         self._http = SignedHttp(
-            session,
+            _credentials(options),
             endpoint,
             bucket,
-            region=session.region_name,
-            virtual=virtual,
+            region=options.first("aws_region", "region", env=("AWS_REGION", "AWS_DEFAULT_REGION"))
+            or "us-east-1",
+            virtual=options.flag("aws_virtual_hosted_style_request", default=endpoint is None),
             pool_size=parallelism,
             timeout=urllib3.Timeout(connect=self.limits.connect, read=self.limits.request),
-        )
-        self._client = session.client(
-            "s3",
-            endpoint_url=endpoint,
-            config=Config(
-                # Our RetryPolicy owns retries, so it can tell "already exists" apart. (botocore's
-                # `max_attempts` counts retries, not attempts: 1 made every request twice.)
-                retries={"total_max_attempts": 1, "mode": "standard"},
-                max_pool_connections=parallelism,
-                connect_timeout=self.limits.connect,
-                read_timeout=self.limits.request,
-                s3={"addressing_style": "virtual" if virtual else "path"},
-            ),
         )
 
     def _key(self, path: str) -> str:
         return join_path(self.prefix, path)
 
     @staticmethod
-    def _code(exc: BaseException) -> str:
-        if isinstance(exc, S3HttpError):
-            return exc.code
-        response = getattr(exc, "response", None) or {}
-        error = response.get("Error", {})
-        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        return str(error.get("Code") or status or "")
-
-    def _is_transient(self, exc: BaseException) -> bool:
-        from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
-
-        if isinstance(exc, ConnectionError | HTTPClientError | urllib3.exceptions.HTTPError):
+    def _is_transient(exc: BaseException) -> bool:
+        if isinstance(exc, urllib3.exceptions.HTTPError):
             return True
-        if isinstance(exc, ClientError | S3HttpError):
-            code = self._code(exc)
-            if code in (
-                "SlowDown",
-                "RequestTimeout",
-                "Throttling",
-                "InternalError",
-                "ServiceUnavailable",
-                "ConditionalRequestConflict",
-                "409",
-            ):
+        if isinstance(exc, S3HttpError):
+            if exc.code in TRANSIENT_CODES:
                 return True
-            return code.isdigit() and int(code) >= 500
+            return exc.status >= 500
         return False
 
     def _call(self, kind: str, path: str, call: Callable[[], T]) -> T:
-        from botocore.exceptions import BotoCoreError, ClientError
-
         def attempt() -> T:
             self.stats.add(kind)
             return call()
 
         try:
             return self.retry.run(attempt, self._is_transient)
-        except (ClientError, S3HttpError) as exc:
-            code = self._code(exc)
+        except S3HttpError as exc:
+            code = exc.code
             if code in ("404", "NoSuchKey", "NotFound"):
                 raise NotFoundError(f"{self.describe(path)} does not exist") from exc
             if code == "NoSuchBucket":
@@ -133,9 +115,11 @@ class S3Store(ObjectStore):
             if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
                 raise StorageError(f"access to {self.describe(path)} denied ({code})") from exc
             raise StorageError(f"{kind} of {self.describe(path)} failed ({code})") from exc
-        except (BotoCoreError, urllib3.exceptions.HTTPError) as exc:
+        except urllib3.exceptions.HTTPError as exc:
             where = self.endpoint or "S3"
-            if self._timed_out(exc):
+            # urllib3 files a refused connection (NewConnectionError) under its connect timeouts.
+            silent = isinstance(exc, urllib3.exceptions.TimeoutError)
+            if silent and not isinstance(exc, urllib3.exceptions.NewConnectionError):
                 raise StorageError(
                     f"storage did not answer: {where} gave no reply for {self.describe(path)} within "
                     f"{self.limits.request:g} s (storage option timeout)"
@@ -143,12 +127,6 @@ class S3Store(ObjectStore):
             raise StorageError(
                 f"cannot reach {where} for {self.describe(path)}: {type(exc).__name__}"
             ) from exc
-
-    @staticmethod
-    def _timed_out(exc: BaseException) -> bool:
-        from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
-
-        return isinstance(exc, ConnectTimeoutError | ReadTimeoutError | urllib3.exceptions.TimeoutError)
 
     def read(self, path: str) -> bytes:
         return self._call("get", path, lambda: self._http.request("GET", self._key(path)).data)
@@ -184,20 +162,19 @@ class S3Store(ObjectStore):
             return None
         return ObjectInfo(path, int(response.headers.get("content-length", 0)), response.last_modified)
 
-    def _pages(self, path: str, *, delimiter: bool) -> Iterable[dict[str, object]]:
+    def _pages(self, path: str, *, delimiter: bool) -> Iterator[ListPage]:
         prefix = self._key(path)
         prefix = f"{prefix}/" if prefix else ""
         token: str | None = None
         while True:
-            kwargs: dict[str, object] = {"Bucket": self.bucket, "Prefix": prefix}
-            if delimiter:
-                kwargs["Delimiter"] = "/"
-            if token:
-                kwargs["ContinuationToken"] = token
-            page = self._call("list", path, lambda kw=kwargs: self._client.list_objects_v2(**kw))  # type: ignore[misc]
+            page = self._call(
+                "list",
+                path,
+                lambda t=token: self._http.list_page(prefix, delimiter=delimiter, token=t),  # type: ignore[misc]
+            )
             yield page
-            token = page.get("NextContinuationToken")
-            if not page.get("IsTruncated") or not token:
+            token = page.next_token
+            if token is None:
                 return
 
     def _relative(self, key: str) -> str:
@@ -208,56 +185,41 @@ class S3Store(ObjectStore):
         page = self._call(
             "list",
             path,
-            lambda: self._client.list_objects_v2(
-                Bucket=self.bucket, Prefix=f"{prefix}/" if prefix else "", MaxKeys=1
+            lambda: self._http.list_page(
+                f"{prefix}/" if prefix else "", delimiter=False, token=None, max_keys=1
             ),
         )
-        return bool(page.get("KeyCount"))
+        return page.key_count > 0
 
     def list_dirs(self, path: str) -> list[str]:
-        names: list[str] = []
-        for page in self._pages(path, delimiter=True):
-            for entry in page.get("CommonPrefixes", []) or []:  # type: ignore[attr-defined]
-                names.append(entry["Prefix"].rstrip("/").rsplit("/", 1)[-1])
+        names = [
+            p.rstrip("/").rsplit("/", 1)[-1]
+            for page in self._pages(path, delimiter=True)
+            for p in page.prefixes
+        ]
         return sorted(names)
 
     def list_files(self, path: str, *, recursive: bool = False) -> list[ObjectInfo]:
-        found: list[ObjectInfo] = []
-        for page in self._pages(path, delimiter=not recursive):
-            for obj in page.get("Contents", []) or []:  # type: ignore[attr-defined]
-                found.append(
-                    ObjectInfo(
-                        self._relative(obj["Key"]),
-                        int(obj["Size"]),
-                        obj["LastModified"].timestamp(),
-                    )
-                )
+        found = [
+            ObjectInfo(self._relative(obj.key), obj.size, obj.mtime)
+            for page in self._pages(path, delimiter=not recursive)
+            for obj in page.objects
+        ]
         return sorted(found, key=lambda info: info.path)
 
     def delete(self, path: str) -> None:
-        self._call(
-            "delete",
-            path,
-            lambda: self._client.delete_object(Bucket=self.bucket, Key=self._key(path)),
-        )
+        self._call("delete", path, lambda: self._http.request("DELETE", self._key(path)))
 
     def delete_many(self, paths: Sequence[str]) -> None:
         """One DeleteObjects request per 1,000 keys (S3's batch limit), batches in parallel."""
         batches = [list(paths[i : i + DELETE_BATCH]) for i in range(0, len(paths), DELETE_BATCH)]
 
         def delete_batch(batch: list[str]) -> None:
-            objects = [{"Key": self._key(p)} for p in batch]
-            response = self._call(
-                "delete_many",
-                batch[0],
-                lambda: self._client.delete_objects(
-                    Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True}
-                ),
-            )
-            errors = [e for e in response.get("Errors", []) or [] if e.get("Code") != "NoSuchKey"]
-            if errors:
-                key = errors[0].get("Key", "")
-                raise StorageError(f"delete of s3://{self.bucket}/{key} failed ({errors[0].get('Code')})")
+            keys = [self._key(p) for p in batch]
+            errors = self._call("delete_many", batch[0], lambda: self._http.delete_objects(keys))
+            failed = [(key, code) for key, code in errors if code != "NoSuchKey"]
+            if failed:
+                raise StorageError(f"delete of s3://{self.bucket}/{failed[0][0]} failed ({failed[0][1]})")
 
         self.map(delete_batch, batches)
 

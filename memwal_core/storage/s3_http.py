@@ -1,23 +1,32 @@
-"""A lean S3 transport for the hot object operations (GET, HEAD, PUT).
+"""memwal's one S3 transport: signed requests through one urllib3 connection pool.
 
-botocore's full client costs about 3.5 ms of Python per request (endpoint
-rules, event hooks, model parsing), which caps a 1,000-region status at ~4
-requests per millisecond of one core. Here botocore still resolves
-credentials (its whole default chain) and signs (SigV4), and urllib3 sends:
-about 1.4 ms per request. LIST and DELETE stay on the boto3 client.
+Why not boto3's client: it costs about 3.5 ms of Python per request (endpoint
+rules, event hooks, model parsing), which capped a 1,000-region status at ~4
+requests per millisecond of one core, and creating one takes ~100 ms of every
+command's start. Here botocore only resolves credentials (its whole default
+chain) and signs (SigV4); urllib3 sends: about 1.4 ms per request. The few
+S3 calls memwal makes (GET, HEAD, PUT, put-if-not-exists, LIST v2 and batch
+DELETE) are small enough to speak directly.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
+from xml.etree import ElementTree
+from xml.sax.saxutils import escape
 
 import urllib3
 
 _CODE = re.compile(rb"<Code>([^<]+)</Code>")
+_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
 
 class S3HttpError(Exception):
@@ -41,12 +50,68 @@ class S3Response:
         return parsedate_to_datetime(raw).timestamp() if raw else 0.0
 
 
+@dataclass(frozen=True)
+class ListedObject:
+    key: str
+    size: int
+    mtime: float
+
+
+@dataclass(frozen=True)
+class ListPage:
+    """One page of a LIST v2: objects, common prefixes (with a delimiter) and the next token."""
+
+    objects: list[ListedObject]
+    prefixes: list[str]
+    key_count: int
+    next_token: str | None
+
+
+def _text(element: ElementTree.Element, tag: str) -> str:
+    found = element.find(f"{_NS}{tag}")
+    return found.text or "" if found is not None else ""
+
+
+def parse_list(body: bytes) -> ListPage:
+    """A ListObjectsV2 response body."""
+    root = ElementTree.fromstring(body)
+    objects = [
+        ListedObject(
+            _text(item, "Key"),
+            int(_text(item, "Size") or 0),
+            datetime.fromisoformat(_text(item, "LastModified").replace("Z", "+00:00")).timestamp(),
+        )
+        for item in root.iter(f"{_NS}Contents")
+    ]
+    prefixes = [_text(item, "Prefix") for item in root.iter(f"{_NS}CommonPrefixes")]
+    truncated = _text(root, "IsTruncated") == "true"
+    token = _text(root, "NextContinuationToken") or None
+    count = _text(root, "KeyCount")
+    return ListPage(
+        objects, prefixes, int(count) if count else len(objects) + len(prefixes), token if truncated else None
+    )
+
+
+def delete_body(keys: Sequence[str]) -> bytes:
+    """A quiet DeleteObjects request body for `keys`."""
+    objects = "".join(f"<Object><Key>{escape(key)}</Key></Object>" for key in keys)
+    return f"<Delete><Quiet>true</Quiet>{objects}</Delete>".encode()
+
+
+def delete_errors(body: bytes) -> list[tuple[str, str]]:
+    """(key, code) of every object a DeleteObjects response says it could not delete."""
+    root = ElementTree.fromstring(body) if body.strip() else None
+    if root is None:
+        return []
+    return [(_text(e, "Key"), _text(e, "Code")) for e in root.iter(f"{_NS}Error")]
+
+
 class SignedHttp:
     """Signed requests to one bucket, through one connection pool."""
 
     def __init__(
         self,
-        session: Any,
+        credentials: Any,
         endpoint: str | None,
         bucket: str,
         *,
@@ -55,22 +120,34 @@ class SignedHttp:
         pool_size: int,
         timeout: urllib3.Timeout,
     ) -> None:
-        self._credentials = session.get_credentials()
+        self._credentials = credentials
         self._region = region
         if endpoint is None:
             endpoint = f"https://s3.{region}.amazonaws.com"
         scheme, _, host = endpoint.rstrip("/").partition("://")
         self._base = f"{scheme}://{bucket}.{host}" if virtual else f"{scheme}://{host}/{bucket}"
+        # The bucket itself, as botocore addresses it: `/` on its own host, no slash after its path.
+        self._bucket_url = f"{self._base}/" if virtual else self._base
         self._http = urllib3.PoolManager(maxsize=pool_size, timeout=timeout, retries=False)
 
     def request(
-        self, method: str, key: str, body: bytes = b"", headers: dict[str, str] | None = None
+        self,
+        method: str,
+        key: str,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        query: dict[str, str] | None = None,
     ) -> S3Response:
-        """Send one signed request; S3HttpError for an error status, urllib3 errors for transport failures."""
+        """Send one signed request; S3HttpError for an error status, urllib3 errors for transport failures.
+
+        An empty `key` addresses the bucket itself (LIST, batch DELETE).
+        """
         from botocore.auth import S3SigV4Auth
         from botocore.awsrequest import AWSRequest
 
-        url = f"{self._base}/{quote(key, safe='/-_.~')}"
+        url = f"{self._base}/{quote(key, safe='/-_.~')}" if key else self._bucket_url
+        if query is not None:
+            url += "?" + urlencode(sorted(query.items()), quote_via=quote, safe="-_.~")
         request = AWSRequest(method=method, url=url, data=body, headers=headers or {})
         if self._credentials is not None:
             S3SigV4Auth(self._credentials.get_frozen_credentials(), "s3", self._region).add_auth(request)
@@ -81,3 +158,19 @@ class SignedHttp:
             match = _CODE.search(response.data or b"")
             raise S3HttpError(response.status, match.group(1).decode() if match else "")
         return S3Response(response.status, {k.lower(): v for k, v in response.headers.items()}, response.data)
+
+    def list_page(self, prefix: str, *, delimiter: bool, token: str | None, max_keys: int = 1000) -> ListPage:
+        """One page of LIST v2 below `prefix`."""
+        query = {"list-type": "2", "prefix": prefix, "max-keys": str(max_keys)}
+        if delimiter:
+            query["delimiter"] = "/"
+        if token:
+            query["continuation-token"] = token
+        return parse_list(self.request("GET", "", query=query).data)
+
+    def delete_objects(self, keys: Sequence[str]) -> list[tuple[str, str]]:
+        """One DeleteObjects request (at most 1,000 keys); the (key, code) S3 could not delete."""
+        body = delete_body(keys)
+        checksum = base64.b64encode(hashlib.md5(body).digest()).decode()  # S3 requires it for this call
+        response = self.request("POST", "", body, {"Content-MD5": checksum}, query={"delete": ""})
+        return delete_errors(response.data)

@@ -1,8 +1,9 @@
 """A real Dagster deployment on loopback for end-to-end tests: dagster-webserver and dagster-daemon.
 
 Both load the project's workspace.yaml with a private DAGSTER_HOME holding the
-project's dagster.yaml (sqlite storage, queued runs, concurrency limits), so
-runs launched by the daemon are separate processes exactly as in production.
+project's dagster.yaml (sqlite storage, queued runs, concurrency limits), or
+another instance config such as docs/deploy/dagster-postgres.yaml, so runs
+launched by the daemon are separate processes exactly as in production.
 The table list comes from a YAML file passed as MEMWAL_TABLES.
 """
 
@@ -38,10 +39,16 @@ class DagsterDeployment(LoopbackService):
     """`dagster-webserver` and `dagster-daemon run` for one table list."""
 
     def __init__(
-        self, tables_file: Path, *, env: dict[str, str] | None = None, start_timeout: float = 180.0
+        self,
+        tables_file: Path,
+        *,
+        env: dict[str, str] | None = None,
+        start_timeout: float = 180.0,
+        instance_yaml: Path = INSTANCE_CONFIG,
     ) -> None:
         super().__init__(prefix="memwal-dagster-", start_timeout=start_timeout, base_dir=None)
         self.tables_file = tables_file
+        self.instance_yaml = instance_yaml
         self.extra_env = env or {}
         self.home = self.root / "home"
         self.port = 0
@@ -61,7 +68,6 @@ class DagsterDeployment(LoopbackService):
             **os.environ,
             "DAGSTER_HOME": str(self.home),
             "MEMWAL_TABLES": str(self.tables_file),
-            "LANCE_LOG": "error",
             **self.extra_env,
         }
 
@@ -73,10 +79,11 @@ class DagsterDeployment(LoopbackService):
         from dagster._core.instance.ref import InstanceRef
 
         self.home.mkdir(parents=True, exist_ok=True)
-        shutil.copy(INSTANCE_CONFIG, self.home / "dagster.yaml")
-        # Create the sqlite storage here, once: the webserver, the daemon and the code server
+        shutil.copy(self.instance_yaml, self.home / "dagster.yaml")
+        # Create the storage here, once: the webserver, the daemon and the code server
         # starting together on an empty DAGSTER_HOME race to stamp its schema (seen: alembic's
-        # "Version table 'alembic_version' has more than one head present").
+        # "Version table 'alembic_version' has more than one head present"). An instance config
+        # that reads `{env: ...}` reads this process's environment here.
         DagsterInstance.from_ref(InstanceRef.from_dir(str(self.home))).dispose()
 
     def _spawn(self, name: str, args: list[str]) -> None:

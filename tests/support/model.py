@@ -23,14 +23,22 @@ class ModelTable:
         primary_key: Sequence[str],
         base_rows: Sequence[Mapping[str, Any]] = (),
         storage_options: Mapping[str, str] | None = None,
+        *,
+        btree_indexes: Sequence[str] = (),
+        maintained_indexes: Sequence[str] | None = None,
     ) -> None:
+        """`btree_indexes`: columns given a BTREE index `{column}_idx` before MemWAL is enabled;
+        `maintained_indexes`: the list Lance records (None: Lance's default, every index)."""
         self.uri = str(uri)
         self.schema = schema
         self.primary_key = list(primary_key)
         self.options = dict(storage_options or {}) or None
         self.rows: dict[Key, dict[str, Any]] = {}
         table = pa.Table.from_pylist([dict(r) for r in base_rows], schema=schema)
-        lance.write_dataset(table, self.uri, storage_options=self.options).initialize_mem_wal()
+        dataset = lance.write_dataset(table, self.uri, storage_options=self.options)
+        for column in btree_indexes:
+            dataset.create_scalar_index(column, "BTREE", name=f"{column}_idx")
+        self.dataset().initialize_mem_wal(maintained_indexes=maintained_indexes)
         for row in base_rows:
             self.rows[self.key(row)] = dict(row)
 

@@ -21,6 +21,7 @@ from memwal_core.format.naming import (
     parse_bitrev64,
 )
 from memwal_core.format.regions import RegionManifest
+from memwal_core.model.indexes import read_maintained
 from memwal_core.model.region_store import RegionManifestStore
 from memwal_core.services.gc.rules import (
     FLUSH_IN_PROGRESS,
@@ -117,13 +118,6 @@ class GcPlan:
     failures: tuple[RegionFailure, ...] = ()
     # Abandoned `_memwal_staging/` files (path, size), older than the policy's staging age.
     stale_staging: tuple[tuple[str, int], ...] = ()
-
-
-def maintained_index_names(dataset: Any, maintained: tuple[str, ...], all_indexes: bool) -> list[str]:
-    """The indexes the MemWAL keeps caught up: the named ones, or every user index."""
-    if not all_indexes:
-        return list(maintained)
-    return sorted({index.name for index in dataset.describe_indices() if not index.name.startswith("__")})
 
 
 def retained_progress(table: MemWalTable, dataset: Any) -> tuple[list[int], list[dict[str, int]]]:
@@ -277,7 +271,7 @@ def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -
     now = time.time() if now is None else now
     dataset = table.dataset()
     details = table.index_details(dataset.version)
-    indexes = maintained_index_names(dataset, details.maintained_indexes, details.maintain_all_indexes)
+    indexes = list(read_maintained(table, details, dataset).names)
     retained_versions, retained = retained_progress(table, dataset)
     regions = table.region_ids()
 

@@ -50,8 +50,8 @@ from memwal_core.services.merge.plan import RegionMergePlan
 from memwal_core.services.staging import STAGING_DIR, unstage, unstage_batches
 from memwal_core.spark_session import executor_error, spark_session
 from memwal_core.storage.limits import with_lance_defaults
-from memwal_core.storage.object_store import open_store
 from memwal_core.storage.options import StorageOptions
+from memwal_core.storage.stores import open_store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,26 +1,32 @@
-"""Rewriting the MemWAL index details safely.
+"""Rewriting the MemWAL index details safely (the region snapshot, the maintained-index list).
 
 A `CreateIndex` that replaces `__lance_mem_wal` is taken verbatim, merge
 progress included: built on version V and committed after a merge committed
-V+1, it silently rolls that merge's progress back (format doc). The caller
-holds the details lease, which every merger takes around its commit; this
-module also checks every commit afterwards and repairs a regression with a
+V+1, it silently rolls that merge's progress back (format doc). So every
+rewrite goes through `commit_details`: the caller holds the details lease,
+which every merger takes around its commit, and re-read the details under it;
+the commit is checked afterwards and a regression repaired with a
 progress-only marked commit, in case a merger ignored or outlived the lease.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from memwal_core.errors import ConflictError
 from memwal_core.format.naming import MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NAME
 from memwal_core.format.proto import memwal_pb2 as pb
+from memwal_core.model.lease import Lease
 from memwal_core.services.merge.commit import STALE_MARKER
 from memwal_core.table import MemWalTable
 
 if TYPE_CHECKING:
     import lance
+
+log = logging.getLogger(__name__)
 
 REPAIR_ATTEMPTS = 8
 
@@ -33,6 +39,51 @@ class ProgressRepair:
     expected: int
     found: int
     table_version: int
+
+
+@dataclass(frozen=True)
+class DetailsCommit:
+    """A verified details rewrite: the version it committed and any progress it had to restore."""
+
+    version: int
+    repairs: list[ProgressRepair]
+
+    @property
+    def table_version(self) -> int:
+        """The table version once the rewrite and its repairs are in."""
+        return max([self.version, *(r.table_version for r in self.repairs)])
+
+
+def commit_details(
+    table: MemWalTable,
+    lease: Lease,
+    dataset: lance.LanceDataset,
+    details: pb.MemWalIndexDetails,
+    new_uuid: str,
+    *,
+    undo: Callable[[], None] | None = None,
+) -> DetailsCommit:
+    """Commit `details` (read under `lease` at `dataset.version`), then verify and repair merge progress.
+
+    `undo` removes what the caller wrote for this commit if the commit itself fails.
+    """
+    try:
+        lease.ensure()
+        version = rewrite_details(table, dataset, details, new_uuid)
+    except BaseException:
+        if undo is not None:
+            undo()
+        raise
+    lost = progress_regressions(table, dataset.version, version)
+    repairs = repair_progress(table, lost) if lost else []
+    for r in repairs:
+        log.error(
+            "region %s: the details rewrite rolled merge progress back from %d to %d; restored",
+            r.region,
+            r.expected,
+            r.found,
+        )
+    return DetailsCommit(version, repairs)
 
 
 def rewrite_details(

@@ -20,12 +20,7 @@ from typing import Any
 from memwal_core.errors import AlreadyExistsError, StorageError
 from memwal_core.format.region_snapshot import FILE_NAME, encode, region_field_types, to_arrow
 from memwal_core.model.details_lease import DEFAULT_DETAILS_LEASE_TTL, details_lease
-from memwal_core.services.snapshot.details_commit import (
-    ProgressRepair,
-    progress_regressions,
-    repair_progress,
-    rewrite_details,
-)
+from memwal_core.services.snapshot.details_commit import ProgressRepair, commit_details
 from memwal_core.services.snapshot.plan import DEFAULT_INLINE_THRESHOLD, SnapshotPlan, plan_snapshot
 from memwal_core.table import MemWalTable
 
@@ -160,34 +155,24 @@ def build_snapshot(
         message.snapshot_ts_millis = plan.read_at_millis
         message.num_shards = len(rows)
         new_uuid = str(uuid.uuid4())
-        path = None
+        path: str | None = None
         if plan.inline:
             message.inline_snapshots = data
         else:
             message.ClearField("inline_snapshots")
             path = snapshot_file_path(new_uuid)
             table.store.put_if_not_exists(path, data)
-        try:
-            lease.ensure()
-            version = rewrite_details(table, dataset, message, new_uuid)
-        except BaseException:
+
+        def undo() -> None:
             if path is not None:
                 with contextlib.suppress(StorageError):
                     table.store.delete(path)
-            raise
-        lost = progress_regressions(table, dataset.version, version)
-        repairs = repair_progress(table, lost) if lost else []
-        for r in repairs:
-            log.error(
-                "region %s: the snapshot commit rolled merge progress back from %d to %d; restored",
-                r.region,
-                r.expected,
-                r.found,
-            )
+
+        commit = commit_details(table, lease, dataset, message, new_uuid, undo=undo)
     finished = time.perf_counter()
     return SnapshotResult(
         table=table.uri,
-        table_version=max([version, *(r.table_version for r in repairs)]),
+        table_version=commit.table_version,
         read_version=int(dataset.version),
         regions=len(rows),
         storage="inline" if plan.inline else "file",
@@ -196,7 +181,7 @@ def build_snapshot(
         snapshot_ts_millis=plan.read_at_millis,
         stale_wal_hints=len(plan.stale_wal_hints),
         refreshed_hints=refreshed,
-        repairs=repairs,
+        repairs=commit.repairs,
         seconds_read=read_done - started,
         seconds_commit=finished - read_done,
         seconds_total=finished - started,
