@@ -3,7 +3,7 @@
 Creates the demo table (a backlog of flushed generations in three regions,
 written by Lance's own MemWAL writer) if it is missing, then does in one
 process what the daemon does over time, recording every run in a local
-Dagster instance (DAGSTER_HOME, default `.dagster_home/`) so `dagster dev`
+Dagster instance (DAGSTER_HOME, default `.dagster_home/`) so `dg dev`
 shows them afterwards: one sensor tick (regions become partitions, backlogs
 are observed), one merge run (a round over every region), then catch-up, snapshot,
 compaction, retention, GC (its job runs the blocking LSM-consistency check
@@ -25,6 +25,7 @@ from memwal_core.demo import write_demo_table
 from memwal_core.errors import MemwalError
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
+from memwal_pipelines import INSTANCE_CONFIG
 from memwal_pipelines.config import DEFAULT_TABLE_URI, TableConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -50,12 +51,27 @@ SHOWN = (
 
 
 def _instance_home() -> Path:
-    """DAGSTER_HOME, or `.dagster_home/` with the project's dagster.yaml."""
+    """DAGSTER_HOME, or `.dagster_home/`, holding the code location's instance settings."""
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(Path(".dagster_home").absolute())))
     home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists() and (PROJECT_ROOT / "dagster.yaml").exists():
-        shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
+    if not (home / "dagster.yaml").exists():
+        shutil.copy(INSTANCE_CONFIG, home / "dagster.yaml")
     return home
+
+
+def _ui_hint(home: Path, table: Path) -> str:
+    """The command that shows the recorded runs, runnable from the current folder.
+
+    `dg` finds the project by its pyproject.toml from the folder it runs in, and the
+    code location opens the default table relative to the project root.
+    """
+    words = [f"DAGSTER_HOME={home}"]
+    if table.resolve() != PROJECT_ROOT / DEFAULT_TABLE_URI:
+        words.append(f"MEMWAL_TABLE_URI={table.resolve()}")
+    words += [os.path.relpath(Path(sys.executable).parent / "dg"), "dev", "-h", "127.0.0.1"]
+    if not Path.cwd().resolve().is_relative_to(PROJECT_ROOT):
+        words += ["--target-path", os.path.relpath(PROJECT_ROOT)]
+    return " ".join(words)
 
 
 # Dagster's console logger at ERROR: the demo prints its own summary (`--verbose` shows Dagster's logs).
@@ -133,11 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     except MemwalError as exc:
         print(f"memwal demo: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    dagster = os.path.relpath(Path(sys.executable).parent / "dagster")
-    workspace = os.path.relpath(PROJECT_ROOT / "workspace.yaml")
     print(
-        f"runs recorded in {home}; see them with:\n  DAGSTER_HOME={home} {dagster} dev -w {workspace} "
-        "-h 127.0.0.1\nthen open http://127.0.0.1:3000 (Runs; Lineage, group demo)",
+        f"runs recorded in {home}; see them with:\n  {_ui_hint(home, Path(args.table))}\n"
+        "then open http://127.0.0.1:3000 (Runs; Lineage, group demo)",
         file=sys.stderr,
     )
     return 0

@@ -9,7 +9,11 @@
   region it merged, with that region's figures.
 - `{table}/indexes`: the maintained base-table indexes, caught up.
 - `{table}/region_snapshot`: the MemWAL index's region snapshot.
-- `{table}/status`: regions, progress and backlog, for the UI.
+- `{table}/status`: regions, progress and backlog, for the UI: which regions
+  are behind (a Markdown table) and table-level numbers to plot. Recorded by
+  the flushed-generations sensor whenever a region changed (at most every
+  `status_interval_seconds`), from the backlog it reads anyway, and by the
+  snapshot job (see `status_materialization`).
 - `{table}/compaction`: the base table's fragments, compacted.
 - `{table}/retention`: the base-table versions kept (old untagged ones removed).
 - `{table}/gc_report`: what a GC run deleted and what it kept, by rule. Its
@@ -57,9 +61,10 @@ from memwal_core.services.merge.result import MergeResult
 from memwal_core.services.merge.service import merge
 from memwal_core.services.retain import parse_duration, retain
 from memwal_core.services.snapshot.service import build_snapshot
-from memwal_core.services.status import status
+from memwal_core.services.status import status_and_backlog
 from memwal_core.table import MemWalTable
 from memwal_pipelines.config import TableConfig
+from memwal_pipelines.status_view import StatusView
 
 # A merge run is a single-run backfill over many region partitions: Dagster marks the
 # parameter beta, and its warning on every load of the definitions would only mislead users.
@@ -253,6 +258,22 @@ def region_observation(keys: TableKeys, region: RegionBacklog, read_at: float) -
     )
 
 
+def read_status(table: MemWalTable) -> StatusView:
+    """The status and every region's backlog, from one read of the region manifests."""
+    return StatusView(*status_and_backlog(table))
+
+
+def status_materialization(keys: TableKeys, view: StatusView) -> AssetMaterialization:
+    """The status asset as the sensor records it, with the same metadata as the snapshot job's.
+
+    The sensor reads every region's backlog on each tick anyway, so recording the
+    status there costs no storage request and keeps the UI's view of which regions
+    are behind as fresh as the sensor; the snapshot job's schedule alone (every
+    15 min, off by default) would show a backlog long after it was merged.
+    """
+    return AssetMaterialization(asset_key=keys.status, metadata=service_metadata(view, **view.figures()))
+
+
 def region_figures(result: MergeResult) -> dict[str, dict[str, Any]]:
     """Each merged region's own figures over the round (a region may span several batches)."""
     batches = {b.batch: b for b in result.batches}
@@ -375,9 +396,10 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         _service_asset(
             keys,
             keys.status,
-            "Regions, merge progress and backlog of the table.",
-            _plain(status),
-            lambda result: {"regions": len(result.regions), "pending_generations": result.pending_total},
+            "Regions, merge progress and backlog of the table: which regions are behind (regions_table) "
+            "and table-level numbers to plot. Also recorded by the flushed-generations sensor.",
+            _plain(read_status),
+            StatusView.figures,
         ),
         _service_asset(
             keys,

@@ -18,6 +18,8 @@ tables:
     max_pending_age_seconds: 900
     max_index_lag: 4
     snapshot_cron: "*/15 * * * *"
+    sensor_interval_seconds: 5   # how often the flushed-generations sensor reads the backlog
+    status_interval_seconds: 60  # the sensor records the status at most this often (when it changed)
     gc_cron: "45 * * * *"        # GC, after the blocking LSM-consistency check
     gc_grace_seconds: 3600       # a pruned generation's directory stays this long
     max_gc_backlog_generations: 256   # merged generations GC could delete but has not
@@ -33,6 +35,7 @@ tables:
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, fields
@@ -72,6 +75,7 @@ class TableConfig:
     max_index_lag: int = 4
     snapshot_cron: str = "*/15 * * * *"
     sensor_interval_seconds: int = 5
+    status_interval_seconds: float = 60.0
     gc_cron: str = "45 * * * *"
     gc_grace_seconds: float = DEFAULT_GRACE_SECONDS
     max_gc_backlog_generations: int = 256
@@ -93,6 +97,9 @@ class TableConfig:
         self.merge_budget()
         if parse_duration(self.retain_older_than) < MIN_AGE:
             raise BadInputError(f"table {self.name}: retain_older_than must be at least {MIN_AGE}")
+        interval = self.status_interval_seconds
+        if not isinstance(interval, int | float) or not 0 <= interval < math.inf:
+            raise BadInputError(f"table {self.name}: status_interval_seconds must be a number >= 0")
         if self.compaction_fragment_threshold < 2 or self.compaction_max_tasks < 1:
             raise BadInputError(
                 f"table {self.name}: compaction needs a fragment threshold >= 2 and max tasks >= 1"

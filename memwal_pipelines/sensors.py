@@ -4,9 +4,13 @@
 requests per region, plus one LIST per region with a backlog), adds new
 regions as partitions, records an observation of each region whose latest
 flushed or merged generation changed (merge runs also record one for each
-region they merged), and requests ONE merge run for the table: a round
+region they merged), records the `{table}/status` asset from the same read
+when any region changed since the status it last recorded (at most every
+`status_interval_seconds`, default 60: the status carries a regions table,
+stored with every event), and requests ONE merge run for the table: a round
 over every region partition, which merges all regions with work in a few
-commits. Its cursor (JSON) remembers the last flushed and merged generations observed per region;
+commits. Its cursor (JSON) remembers the last flushed and merged generations observed per region,
+and a digest of them as of the last status recorded, with its time;
 the run key is a digest of every (region, merged, latest pending) triple, so
 the same backlog never starts a second run, while a new flush or a partial
 merge does. No run is requested while one of the table's merge runs is still
@@ -21,11 +25,16 @@ details last listed the maintained ones, once per table version.
 work, once per table version and never while one is queued or running.
 """
 
+from __future__ import annotations
+
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from dagster import (
+    AssetMaterialization,
+    AssetObservation,
     DagsterRunStatus,
     RunRequest,
     RunsFilter,
@@ -36,16 +45,52 @@ from dagster import (
     sensor,
 )
 
-from memwal_core.services.backlog import RegionBacklog, backlog
+from memwal_core.services.backlog import RegionBacklog
 from memwal_core.services.catchup import index_state
 from memwal_core.services.compact import plan_compaction
-from memwal_pipelines.assets import TableKeys, region_observation
+from memwal_pipelines.assets import TableKeys, read_status, region_observation, status_materialization
 from memwal_pipelines.jobs import TableJobs
 from memwal_pipelines.resources import table_resource
 
 # Dagster's tags for a run over a range of partitions (a single-run backfill sets the same).
 PARTITION_RANGE_START = "dagster/asset_partition_range_start"
 PARTITION_RANGE_END = "dagster/asset_partition_range_end"
+
+
+def _digest(lines: Sequence[str]) -> str:
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class FlushedCursor:
+    """What the flushed-generations sensor remembers between ticks.
+
+    `regions`: per region, "latest flushed:merged" as last observed. `status_digest`
+    and `status_at`: the regions' state the last recorded status showed, and when.
+    """
+
+    regions: Mapping[str, str]
+    status_digest: str = ""
+    status_at: float = 0.0
+
+    @classmethod
+    def load(cls, text: str | None) -> FlushedCursor:
+        data = json.loads(text) if text else {}
+        if "regions" not in data:  # a cursor written before the sensor recorded the status
+            return cls(regions=data)
+        return cls(data["regions"], data["status"]["digest"], data["status"]["at"])
+
+    def dump(self) -> str:
+        status = {"digest": self.status_digest, "at": self.status_at}
+        return json.dumps({"regions": dict(self.regions), "status": status})
+
+    @staticmethod
+    def state_digest(state: Mapping[str, str]) -> str:
+        return _digest([f"{region}:{s}" for region, s in sorted(state.items())])
+
+    def status_due(self, state: Mapping[str, str], now: float, interval: float) -> bool:
+        """Whether the recorded status is out of date and the last one is `interval` seconds old."""
+        return self.state_digest(state) != self.status_digest and now - self.status_at >= interval
 
 
 def merge_round_request(
@@ -55,10 +100,9 @@ def merge_round_request(
     pending = sorted(f"{r.region}:{r.merged_generation}:{r.pending[-1]}" for r in regions if r.pending)
     if not pending or not partitions:
         return []
-    digest = hashlib.sha256("\n".join(pending).encode()).hexdigest()[:16]
     return [
         RunRequest(
-            run_key=f"{table}:merge:{digest}",
+            run_key=f"{table}:merge:{_digest(pending)}",
             tags={PARTITION_RANGE_START: partitions[0], PARTITION_RANGE_END: partitions[-1]},
         )
     ]
@@ -74,26 +118,31 @@ def flushed_generations_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefini
         description="New regions become partitions; new flushed generations start one merge round.",
     )
     def flushed_generations(context: SensorEvaluationContext) -> SensorResult:
-        # Per region, "latest flushed:merged": a region is observed again whenever either changes.
-        observed: dict[str, object] = json.loads(context.cursor) if context.cursor else {}
+        cursor = FlushedCursor.load(context.cursor)
         with table_resource(table).open() as opened:
-            found = backlog(opened)
+            view = read_status(opened)
+        found = view.backlog
+        # Per region, "latest flushed:merged": a region is observed again whenever either changes.
         state = {r.region: f"{r.latest_flushed}:{r.merged_generation}" for r in found.regions}
         known = set(context.instance.get_dynamic_partitions(keys.regions_name))
         new_regions = [r.region for r in found.regions if r.region not in known]
-        observations = [
+        events: list[AssetObservation | AssetMaterialization] = [
             region_observation(keys, r, found.read_at)
             for r in found.regions
-            if observed.get(r.region) != state[r.region]
+            if cursor.regions.get(r.region) != state[r.region]
         ]
+        recorded = cursor.status_digest, cursor.status_at
+        if cursor.status_due(state, found.read_at, table.status_interval_seconds):
+            events.append(status_materialization(keys, view))
+            recorded = cursor.state_digest(state), found.read_at
         queued = context.instance.get_runs_count(RunsFilter(job_name=jobs.merge.name, statuses=QUEUED))
         partitions = [*context.instance.get_dynamic_partitions(keys.regions_name), *new_regions]
         runs = [] if queued else merge_round_request(table.name, partitions, found.regions)
         return SensorResult(
             run_requests=runs,
             dynamic_partitions_requests=[keys.regions.build_add_request(new_regions)] if new_regions else [],
-            asset_events=observations,
-            cursor=json.dumps({**observed, **state}),
+            asset_events=events,
+            cursor=FlushedCursor({**cursor.regions, **state}, *recorded).dump(),
         )
 
     return flushed_generations

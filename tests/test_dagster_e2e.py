@@ -5,6 +5,9 @@ sensors switched on through GraphQL as the UI's toggle does, generations written
 by Lance's native writer before and while the daemon runs. The tables must end
 equal to the model, every region must have its own base_table materialization,
 and run records must show no two merge runs (rounds) of one table overlapping.
+A third table, left to the UI test, must show in the browser a region behind
+(with its pending generations) and, once the daemon merged it, caught up; that
+test saves the picture of the status asset's region view that the README shows.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
@@ -20,10 +25,18 @@ from dagster._core.instance.ref import InstanceRef
 
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
+from memwal_pipelines.config import TableConfig
+from memwal_pipelines.definitions import build_definitions
 from tests.support.dagster import DagsterDeployment
 from tests.support.model import ModelTable, keyed_backlog_table
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "artifacts"
+# The status asset's region view, as the README shows it.
+REGION_VIEW = ROOT / "docs" / "images" / "region-view.png"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
     "--headless",
@@ -36,23 +49,35 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 TABLES = ("alpha", "beta")
+# The table the UI test watches: its sensor starts switched off.
+UI_TABLE = TableConfig(name="gamma", uri="", sensor_interval_seconds=2, status_interval_seconds=1)
+QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+
+
+@dataclass(frozen=True)
+class E2E:
+    running: DagsterDeployment
+    tables: dict[str, ModelTable]  # merged by the daemon in the first test
+    ui_table: ModelTable
+    ui_regions: list[str]
 
 
 @pytest.fixture(scope="module")
-def deployment(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[DagsterDeployment, dict[str, ModelTable]]]:
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
     root = tmp_path_factory.mktemp("dagster-e2e")
     tables = {name: keyed_backlog_table(root / name)[0] for name in TABLES}
+    ui_table, ui_regions = keyed_backlog_table(root / UI_TABLE.name)
     listing = root / "tables.yaml"
     listing.write_text(
         "tables:\n"
         + "".join(
             f"  - {{name: {n}, uri: '{t.uri}', sensor_interval_seconds: 2}}\n" for n, t in tables.items()
         )
+        + f"  - {{name: {UI_TABLE.name}, uri: '{ui_table.uri}', sensor_interval_seconds: "
+        f"{UI_TABLE.sensor_interval_seconds}, status_interval_seconds: {UI_TABLE.status_interval_seconds}}}\n"
     )
     with DagsterDeployment(listing) as running:
-        yield running, tables
+        yield E2E(running, tables, ui_table, ui_regions)
 
 
 def pending(table: ModelTable) -> int:
@@ -85,10 +110,8 @@ def wait_until_merged(deployment: DagsterDeployment, tables: dict[str, ModelTabl
     )
 
 
-def test_daemon_merges_each_table_in_rounds_one_run_at_a_time(
-    deployment: tuple[DagsterDeployment, dict[str, ModelTable]],
-) -> None:
-    running, tables = deployment
+def test_daemon_merges_each_table_in_rounds_one_run_at_a_time(deployment: E2E) -> None:
+    running, tables = deployment.running, deployment.tables
     assert all(pending(t) > 0 for t in tables.values())
     for name in TABLES:
         assert running.start_sensor(f"{name}_flushed_generations") == "RUNNING"
@@ -120,41 +143,55 @@ def test_daemon_merges_each_table_in_rounds_one_run_at_a_time(
     print(f"merge runs: {rounds} for 5 regions in 2 tables")
 
 
-def test_ui_renders_the_asset_graph_and_a_region_partition(
-    deployment: tuple[DagsterDeployment, dict[str, ModelTable]],
-) -> None:
-    from playwright.sync_api import Page, sync_playwright
+def show(page: Page, url: str, expected: list[str], screenshot: str, timeout: float = 60.0) -> None:
+    """Open `url` and wait until the page shows every text in `expected` (reloading now and then)."""
+    page.goto(url, wait_until="networkidle")
+    skip = page.get_by_role("button", name="Skip")  # Dagster's first-visit newsletter dialog
+    deadline = time.monotonic() + timeout
+    reload_at = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if skip.count():
+            skip.click()
+        body = page.inner_text("body")
+        if all(text in body for text in expected):
+            break
+        if time.monotonic() > reload_at:
+            page.reload(wait_until="networkidle")
+            reload_at = time.monotonic() + 10
+        time.sleep(0.5)
+    page.screenshot(path=str(ARTIFACTS / screenshot))
+    missing = [text for text in expected if text not in page.inner_text("body")]
+    assert not missing, f"{url} does not show {missing} (screenshot artifacts/{screenshot})"
 
-    running, tables = deployment
+
+def region_row(page: Page, region: str) -> list[str]:
+    """The cells of a region's row in the status asset's regions table."""
+    row = page.locator("tr:not(:has(tr))", has_text=region)
+    return [cell.strip() for cell in row.first.locator("td").all_inner_texts()] if row.count() else []
+
+
+def launch_browser(playwright: Any) -> Any:
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+
+
+def test_ui_renders_the_asset_graph_and_a_region_partition(deployment: E2E) -> None:
+    from playwright.sync_api import sync_playwright
+
+    running, tables = deployment.running, deployment.tables
     with MemWalTable.open(tables["beta"].uri) as opened:
         regions = opened.region_ids()
     instance = instance_of(running)
     known = set(instance.get_dynamic_partitions("beta_regions"))
     instance.add_dynamic_partitions("beta_regions", [r for r in regions if r not in known])
 
-    def show(page: Page, path: str, expected: list[str], screenshot: str) -> None:
-        page.goto(f"{running.url}{path}", wait_until="networkidle")
-        skip = page.get_by_role("button", name="Skip")  # Dagster's first-visit newsletter dialog
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if skip.count():
-                skip.click()
-            body = page.inner_text("body")
-            if all(text in body for text in expected):
-                break
-            time.sleep(0.5)
-        page.screenshot(path=str(ARTIFACTS / screenshot))
-        missing = [text for text in expected if text not in page.inner_text("body")]
-        assert not missing, f"{path} does not show {missing} (screenshot artifacts/{screenshot})"
-
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        browser = launch_browser(playwright)
         try:
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
             show(
                 page,
-                "/locations/memwal_pipelines.definitions/asset-groups/beta",
+                f"{running.url}/locations/memwal_pipelines.definitions/asset-groups/beta",
                 [
                     "flushed_generations",
                     "base_table",
@@ -168,9 +205,60 @@ def test_ui_renders_the_asset_graph_and_a_region_partition(
             )
             show(
                 page,
-                f"/assets/beta/base_table?view=partitions&partition={regions[0]}",
+                f"{running.url}/assets/beta/base_table?view=partitions&partition={regions[0]}",
                 ["Partitions", regions[0], regions[1][:8]],
                 "region-partition.png",
             )
         finally:
             browser.close()
+
+
+def test_ui_shows_a_region_behind_with_its_backlog_then_caught_up(deployment: E2E) -> None:
+    """The status asset's region view, in the browser: behind first, caught up once the daemon merged."""
+    from playwright.sync_api import sync_playwright
+
+    running, table, (early, late) = deployment.running, deployment.ui_table, deployment.ui_regions
+    config = TableConfig(name=UI_TABLE.name, uri=table.uri)
+    definitions = build_definitions([config])
+    instance = instance_of(running)
+    instance.add_dynamic_partitions(f"{config.name}_regions", [early, late])
+    # `early` merged, `late` given a third pending generation; the status records both.
+    table.write(late, [("put", [{"id": 1000 + k, "v": "third"} for k in range(8)])])
+    for job, partition in (("merge", early), ("snapshot", None)):
+        result = definitions.resolve_job_def(f"{config.name}_{job}").execute_in_process(
+            instance=instance, partition_key=partition, run_config=QUIET
+        )
+        assert result.success
+    status_page = f"{running.url}/assets/{config.name}/status"
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = launch_browser(playwright)
+        try:
+            # Wide enough for the whole regions table, full region ids included.
+            page = browser.new_page(viewport={"width": 1920, "height": 1300})
+            show(page, status_page, ["regions_table", "1 of 2 regions behind", late], "region-behind.png")
+            assert region_row(page, late)[:3] == [late[:8], "behind", "3"], "state and pending generations"
+            assert region_row(page, early)[:3] == [early[:8], "caught up", "0"]
+            # The page down to the regions table: which asset, which tab, which section.
+            row = page.locator("tr", has=page.get_by_text("regions_table", exact=True)).first.bounding_box()
+            assert row is not None
+            REGION_VIEW.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(
+                path=str(REGION_VIEW),
+                clip={"x": 0, "y": 0, "width": 1920, "height": row["y"] + row["height"] + 12},
+            )
+
+            # The daemon merges `late` (its sensor switched on as the UI does) and records the status.
+            assert running.start_sensor(f"{config.name}_flushed_generations") == "RUNNING"
+            show(page, status_page, ["All 2 regions caught up"], "region-caught-up.png", timeout=180)
+            assert region_row(page, late)[:3] == [late[:8], "caught up", "0"]
+            # Its table-level numbers, plotted over time.
+            page.get_by_role("button", name="Plots").click()
+            plotted = ["regions_behind", "pending_bytes", "max_oldest_pending_age_seconds"]
+            page.get_by_text(plotted[0], exact=True).first.wait_for(timeout=30_000)
+            body = page.inner_text("body")
+            assert all(label in body for label in plotted), "the status asset's plots"
+        finally:
+            browser.close()
+    table.assert_merged()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -15,6 +16,8 @@ from typing import Any
 
 import pytest
 from dagster import (
+    AssetMaterialization,
+    AssetObservation,
     DagsterInstance,
     DagsterRunStatus,
     PartitionKeyRange,
@@ -49,6 +52,27 @@ def tick(keys: TableKeys, instance: DagsterInstance, cursor: str | None) -> Sens
     return result
 
 
+def observed(result: SensorResult) -> list[str | None]:
+    """The regions a sensor tick observed (its flushed_generations observations)."""
+    return [e.partition for e in result.asset_events if isinstance(e, AssetObservation)]
+
+
+def status_recorded(result: SensorResult) -> list[dict[str, Any]]:
+    """The metadata values of the status materializations a sensor tick recorded."""
+    return [
+        {k: v.value for k, v in e.metadata.items()}
+        for e in result.asset_events
+        if isinstance(e, AssetMaterialization) and e.asset_key.path[-1] == "status"
+    ]
+
+
+def assert_plottable(events: list[dict[str, Any]]) -> None:
+    """The same keys in every event, each always an int or always a float: one plot per key."""
+    assert len({tuple(sorted(e)) for e in events}) == 1, "every event has the same keys"
+    kinds = {(k, type(v)) for e in events for k, v in e.items()}
+    assert {kind for _, kind in kinds} <= {int, float} and len(kinds) == len(events[0]), kinds
+
+
 def test_default_location_and_table_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert defs.resolve_asset_graph().get_all_asset_keys()
     listing = tmp_path / "tables.yaml"
@@ -75,6 +99,9 @@ def test_default_location_and_table_list(tmp_path: Path, monkeypatch: pytest.Mon
     listing.write_text("tables:\n  - {name: x, uri: /t, max_batch_rows: 0}\n")
     with pytest.raises(BadInputError, match="--max-batch-rows must be at least 1"):
         load_tables()
+    listing.write_text("tables:\n  - {name: x, uri: /t, status_interval_seconds: -1}\n")
+    with pytest.raises(BadInputError, match="status_interval_seconds must be a number >= 0"):
+        load_tables()
     listing.write_text("tables:\n  - {name: x, uri: /t, retain_older_than: 30m}\n")
     with pytest.raises(BadInputError, match="retain_older_than must be at least"):
         load_tables()
@@ -87,23 +114,69 @@ def test_sensor_adds_regions_observes_once_and_keys_runs_by_generation(tmp_path:
 
     first = tick(keys, instance, None)
     assert sorted(instance.get_dynamic_partitions(keys.regions_name)) == sorted(regions)
-    assert sorted(e.partition for e in first.asset_events) == sorted(regions)
+    assert sorted(observed(first)) == sorted(regions)
+    assert_plottable(
+        [
+            {k: v.value for k, v in e.metadata.items()}
+            for e in first.asset_events
+            if isinstance(e, AssetObservation)
+        ]
+    )
     (round_request,) = first.run_requests or []
     partitions = instance.get_dynamic_partitions(keys.regions_name)
     assert round_request.partition_key_range == PartitionKeyRange(partitions[0], partitions[-1])
 
     again = tick(keys, instance, first.cursor)
-    assert not again.asset_events, "an unchanged region is not observed again"
+    assert not again.asset_events, "an unchanged region is not observed again, nor the status recorded"
     assert not again.dynamic_partitions_requests
     assert {r.run_key for r in again.run_requests or []} == {r.run_key for r in first.run_requests or []}
 
     newcomer = table.write(None, [("put", [{"id": 5000, "v": "new"}])])
     third = tick(keys, instance, again.cursor)
     assert [list(r.partition_keys or []) for r in third.dynamic_partitions_requests or []] == [[newcomer]]
-    assert [e.partition for e in third.asset_events] == [newcomer]
+    assert observed(third) == [newcomer]
     (newer,) = third.run_requests or []
     assert newer.run_key != round_request.run_key, "a new flush starts a new round"
     assert newer.partition_key_range == PartitionKeyRange(partitions[0], newcomer)
+
+
+def test_sensor_records_which_regions_are_behind_in_the_status(tmp_path: Path) -> None:
+    table, regions = keyed_backlog_table(tmp_path / "t")
+    table.write(regions[1], [("put", [{"id": 1000 + k, "v": "more"} for k in range(8)])])
+    keys = TableKeys(TableConfig(name="t", uri=table.uri, status_interval_seconds=0))
+    instance = DagsterInstance.ephemeral()
+
+    first = tick(keys, instance, None)
+    (behind,) = status_recorded(first)
+    assert {k: behind[k] for k in ("regions", "regions_behind", "pending_generations")} == {
+        "regions": 2,
+        "regions_behind": 2,
+        "pending_generations": 5,
+    }
+    assert behind["pending_bytes"] > 0 and behind["max_oldest_pending_age_seconds"] >= 0
+    assert [r["region"] for r in behind["result"]["regions"]] == sorted(regions), "the status JSON, as before"
+    rows = [line for line in behind["regions_table"].splitlines() if "| **behind** |" in line]
+    assert len(rows) == 2 and regions[1] in rows[0] and "| **3** |" in rows[0], "most pending first"
+    assert regions[0] in rows[1] and "| **2** |" in rows[1]
+    assert not status_recorded(tick(keys, instance, first.cursor)), "nothing changed, nothing recorded"
+
+    run_job(keys, instance, "merge", regions[0])
+    (after,) = status_recorded(tick(keys, instance, first.cursor))
+    assert (after["regions_behind"], after["pending_generations"]) == (1, 3)
+    caught_up = next(line for line in after["regions_table"].splitlines() if regions[0] in line)
+    assert "| caught up | 0 |" in caught_up
+    # The snapshot job records the same view of the status.
+    snapshot = materialized(run_job(keys, instance, "snapshot"), "status")
+    assert snapshot.keys() == after.keys() and snapshot["regions_behind"] == 1
+
+    # At most one status per status_interval_seconds; a cursor of the earlier flat form still reads.
+    hourly = TableKeys(replace(keys.table, status_interval_seconds=3600))
+    flat = json.dumps({r: "0:0" for r in regions})
+    assert status_recorded(tick(hourly, instance, flat)), "no status recorded yet"
+    recorded = tick(hourly, instance, flat).cursor
+    run_job(keys, instance, "merge", regions[1])
+    later = tick(hourly, instance, recorded)
+    assert observed(later) == [regions[1]] and not status_recorded(later)
 
 
 def test_one_tick_one_run_merges_sixteen_regions_each_with_its_own_figures(tmp_path: Path) -> None:
@@ -139,11 +212,13 @@ def test_one_tick_one_run_merges_sixteen_regions_each_with_its_own_figures(tmp_p
     }
     assert set(refreshed) == set(generations)
     assert all(m["pending_generations"].value == 0 for m in refreshed.values())
+    assert_plottable(list(figures.values()))
+    assert_plottable([{k: v.value for k, v in m.items()} for m in refreshed.values()])
     assert {r: m["merged_generation"].value for r, m in refreshed.items()} == generations
     table.assert_merged()
     after = tick(keys, instance, first.cursor)
     assert not after.run_requests, "nothing pending, no run"
-    assert len(after.asset_events) == 16, "a region whose merged generation changed is observed again"
+    assert len(observed(after)) == 16, "a region whose merged generation changed is observed again"
 
 
 def test_a_backfill_of_a_region_range_merges_just_those_regions_in_one_run(tmp_path: Path) -> None:
@@ -369,6 +444,22 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     assert all(r.is_success for r in runs)
     gc_line = next(line for line in proc.stdout.splitlines() if line.startswith("gc "))
     assert "lsm_consistency=passed" in gc_line and "generations_deleted=" in gc_line
+    # The closing hint is a `dg dev` command for where the demo ran: its settings load the
+    # location there (checked with `dg check defs`, which takes the same ones).
+    hint = proc.stderr.splitlines()[-2].split()
+    assert hint[:2] == [f"DAGSTER_HOME={home}", f"MEMWAL_TABLE_URI={tmp_path / 'demo' / 'table'}"], hint
+    assert hint[3:] == ["dev", "-h", "127.0.0.1", "--target-path", os.path.relpath(ROOT, tmp_path)], hint
+    checked = subprocess.run(
+        [hint[2], "check", "defs", *hint[-2:]],
+        cwd=tmp_path,
+        env={**env, **dict(word.split("=", 1) for word in hint[:2])},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert checked.returncode == 0 and "All definitions loaded successfully." in checked.stdout, (
+        checked.stderr
+    )
 
 
 def test_ingest_job_loads_files_and_the_sensor_merges_them(tmp_path: Path) -> None:

@@ -10,11 +10,13 @@ manifest: one LIST per region that has a backlog, none for the others.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.naming import MEM_WAL_DIR, TABLE_VERSIONS_DIR
+from memwal_core.format.regions import RegionManifest
 from memwal_core.table import MemWalTable
 
 
@@ -69,11 +71,17 @@ class TableBacklog:
 def backlog(table: MemWalTable, regions: Iterable[str] | None = None) -> TableBacklog:
     """Every region's backlog (or the named regions') at the latest table version (changes nothing)."""
     version = table.dataset().version
-    details = table.index_details(version)
-    manifests = {r: m for r, m in table.read_regions(regions).items() if m is not None}
+    return backlog_of(table, version, table.index_details(version), table.read_regions(regions))
+
+
+def backlog_of(
+    table: MemWalTable, version: int, details: IndexDetails, manifests: Mapping[str, RegionManifest | None]
+) -> TableBacklog:
+    """The backlog from region manifests already read (a region without a manifest has none)."""
+    read = {r: m for r, m in manifests.items() if m is not None}
 
     def region_backlog(region: str) -> RegionBacklog:
-        manifest = manifests[region]
+        manifest = read[region]
         merged = details.merged_generation(region)
         pending = [g for g in manifest.generations if g.generation > merged]
         created = None
@@ -89,5 +97,5 @@ def backlog(table: MemWalTable, regions: Iterable[str] | None = None) -> TableBa
             oldest_pending_created_at=created,
         )
 
-    found = table.store.map(region_backlog, sorted(manifests))
+    found = table.store.map(region_backlog, sorted(read))
     return TableBacklog(table.uri, version, found, time.time())

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memwal_core.format.index_details import IndexDetails
+from memwal_core.format.regions import RegionManifest
+from memwal_core.services.backlog import TableBacklog, backlog_of
 from memwal_core.table import MemWalTable
 
 
@@ -84,9 +88,25 @@ class TableStatus:
 
 def status(table: MemWalTable) -> TableStatus:
     """Read the status of every region (region manifests are read in parallel)."""
-    dataset = table.dataset()
-    details = table.index_details(dataset.version)
+    version = table.dataset().version
+    return status_of(table, version, table.index_details(version), table.read_regions())
+
+
+def status_and_backlog(table: MemWalTable) -> tuple[TableStatus, TableBacklog]:
+    """The status and every region's backlog from one read of the region manifests.
+
+    The backlog adds one LIST per region with pending generations (the age of its oldest).
+    """
+    version = table.dataset().version
+    details = table.index_details(version)
     manifests = table.read_regions()
+    return status_of(table, version, details, manifests), backlog_of(table, version, details, manifests)
+
+
+def status_of(
+    table: MemWalTable, version: int, details: IndexDetails, manifests: Mapping[str, RegionManifest | None]
+) -> TableStatus:
+    """The status from region manifests already read at table version `version`."""
     regions = []
     for region, manifest in sorted(manifests.items()):
         merged = details.merged_generation(region)
@@ -106,7 +126,7 @@ def status(table: MemWalTable) -> TableStatus:
         )
     return TableStatus(
         table=table.uri,
-        version=dataset.version,
+        version=version,
         primary_key=table.primary_key,
         regions=regions,
         index_catchup={name: dict(sorted(p.items())) for name, p in sorted(details.index_catchup.items())},

@@ -1,0 +1,96 @@
+"""The README's Dagster commands, from the project root: `dg check defs` and `dg dev`.
+
+Run as the README has them: `.venv/bin/dg` without an activated venv, DAGSTER_HOME
+holding a copy of memwal_pipelines/dagster.yaml. Neither may print a warning that
+does not apply (a dagster.yaml that "will not be used", a venv mismatch, an
+integration's preview notice).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from memwal_pipelines import INSTANCE_CONFIG
+from tests.support.service import LOOPBACK, free_ports, stop_process_group
+
+ROOT = Path(__file__).resolve().parent.parent
+DG = Path(sys.executable).parent / "dg"
+LOCATION = "memwal_pipelines.definitions"
+# Dagster's own notice on the first start of a new instance's run-retry daemon.
+FIRST_START = "No cursor for event type"
+
+
+def readme_env(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / ".dagster_home"
+    home.mkdir()
+    shutil.copy(INSTANCE_CONFIG, home / "dagster.yaml")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "MEMWAL_TABLES", "DAGSTER_HOME")}
+    return {**env, "DAGSTER_HOME": str(home)}
+
+
+def warnings_in(output: str) -> list[str]:
+    return [line for line in output.splitlines() if "warning" in line.lower() and FIRST_START not in line]
+
+
+def test_dg_check_defs_passes_from_the_project_root_without_warnings(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [str(DG), "check", "defs"],
+        cwd=ROOT,
+        env=readme_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "All definitions loaded successfully." in proc.stdout
+    assert not warnings_in(proc.stdout + proc.stderr), proc.stdout + proc.stderr
+
+
+def location_loaded(url: str) -> bool:
+    query = "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }"
+    request = urllib.request.Request(
+        f"{url}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            entries = json.loads(response.read())["data"]["workspaceOrError"]["locationEntries"]
+    except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError):
+        return False
+    return [(e["name"], e["loadStatus"]) for e in entries] == [(LOCATION, "LOADED")]
+
+
+def test_dg_dev_serves_the_code_location_without_warnings(tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    log = tmp_path / "dg-dev.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(DG), "dev", "-h", LOOPBACK, "-p", str(port)],
+            cwd=ROOT,
+            env=readme_env(tmp_path),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 180
+        while not location_loaded(f"http://{LOOPBACK}:{port}"):
+            assert process.poll() is None, (
+                f"dg dev exited with {process.returncode}: {log.read_text()[-3000:]}"
+            )
+            assert time.monotonic() < deadline, f"dg dev did not serve {LOCATION}: {log.read_text()[-3000:]}"
+            time.sleep(0.5)
+    finally:
+        stop_process_group(process)
+    output = log.read_text()
+    assert "Serving dagster-webserver" in output
+    assert not warnings_in(output), output
