@@ -3,7 +3,7 @@
 Creates the demo table (a backlog of flushed generations in three regions,
 written by Lance's own MemWAL writer) if it is missing, then does in one
 process what the daemon does over time, recording every run in a local
-Dagster instance (DAGSTER_HOME, default `.dagster_home/`) so `dg dev`
+Dagster instance (DAGSTER_HOME, default the project root) so `dg dev`
 shows them afterwards: one sensor tick (regions become partitions, backlogs
 are observed), one merge run (a round over every region), then catch-up, snapshot,
 compaction, retention, GC (its job runs the blocking LSM-consistency check
@@ -25,7 +25,6 @@ from memwal_core.demo import write_demo_table
 from memwal_core.errors import MemwalError
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
-from memwal_pipelines import INSTANCE_CONFIG
 from memwal_pipelines.config import DEFAULT_TABLE_URI, TableConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -51,11 +50,16 @@ SHOWN = (
 
 
 def _instance_home() -> Path:
-    """DAGSTER_HOME, or `.dagster_home/`, holding the code location's instance settings."""
-    home = Path(os.environ.setdefault("DAGSTER_HOME", str(Path(".dagster_home").absolute())))
+    """DAGSTER_HOME, by default the project root, whose dagster.yaml is the embedded default.
+
+    With DAGSTER_HOME the folder `dg dev` runs from, Dagster reads that dagster.yaml in place
+    (a DAGSTER_HOME elsewhere makes `dg dev` warn that the project's "will not be used").
+    A DAGSTER_HOME of the user's own gets a copy when it has none.
+    """
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(PROJECT_ROOT)))
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "dagster.yaml").exists():
-        shutil.copy(INSTANCE_CONFIG, home / "dagster.yaml")
+        shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
     return home
 
 

@@ -1,6 +1,6 @@
 """The production instance: Dagster's runs, event logs and schedules on a real PostgreSQL.
 
-docs/deploy/dagster-postgres.yaml must stay memwal_pipelines/dagster.yaml but for its storage
+docs/deploy/dagster-postgres.yaml must stay dagster.yaml but for its storage
 (a fast check of the two files), and it must work: a dagster-webserver and a
 dagster-daemon on that instance, against a private PostgreSQL cluster from Debian's
 package (tests/support/postgres.py), merge a table's backlog once its sensor is
@@ -25,7 +25,6 @@ from dagster._core.instance.ref import InstanceRef
 from memwal_core.services.status import status
 from memwal_core.storage.options import StorageOptions
 from memwal_core.table import MemWalTable
-from memwal_pipelines import INSTANCE_CONFIG
 from tests.support.dagster import PROJECT_ROOT, DagsterDeployment
 from tests.support.model import ModelTable, keyed_backlog_table
 from tests.support.postgres import PostgresServer
@@ -51,12 +50,12 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def test_postgres_instance_equals_the_default_but_for_storage_read_from_the_environment() -> None:
-    default = _load(INSTANCE_CONFIG)
+    default = _load(PROJECT_ROOT / "dagster.yaml")
     production = _load(POSTGRES_YAML)
     storage = production.pop("storage")
     default.pop("storage", None)
     assert production == default, (
-        "docs/deploy/dagster-postgres.yaml drifted from memwal_pipelines/dagster.yaml"
+        "docs/deploy/dagster-postgres.yaml drifted from dagster.yaml"
     )
     connection = {field: {"env": var} for field, var in CONNECTION_ENV.items()}
     assert storage == {"postgres": {"postgres_db": {**connection, "scheme": "postgresql+psycopg2"}}}, (

@@ -1,7 +1,7 @@
 """The README's Dagster commands, from the project root: `dg check defs` and `dg dev`.
 
-Run as the README has them: `.venv/bin/dg` without an activated venv, DAGSTER_HOME
-holding a copy of memwal_pipelines/dagster.yaml. Neither may print a warning that
+Run as the README has them: `.venv/bin/dg` without an activated venv, from the project
+root with DAGSTER_HOME=$PWD, so the root dagster.yaml is read in place. Neither may print a warning that
 does not apply (a dagster.yaml that "will not be used", a venv mismatch, an
 integration's preview notice).
 """
@@ -18,7 +18,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from memwal_pipelines import INSTANCE_CONFIG
 from tests.support.service import LOOPBACK, free_ports, stop_process_group
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,12 +27,20 @@ LOCATION = "memwal_pipelines.definitions"
 FIRST_START = "No cursor for event type"
 
 
-def readme_env(tmp_path: Path) -> dict[str, str]:
-    home = tmp_path / ".dagster_home"
-    home.mkdir()
-    shutil.copy(INSTANCE_CONFIG, home / "dagster.yaml")
+def readme_env(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A checkout of the project as the README uses it: `dg` runs from its root, DAGSTER_HOME=$PWD.
+
+    The top-level files are copied and the packages and venv linked, so the instance Dagster
+    creates stays out of the real checkout.
+    """
+    root = tmp_path / "memwal"
+    root.mkdir()
+    for name in ("pyproject.toml", "workspace.yaml", "dagster.yaml"):
+        shutil.copy(ROOT / name, root / name)
+    for name in ("memwal_core", "memwal_pipelines", ".venv"):
+        (root / name).symlink_to(ROOT / name)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "MEMWAL_TABLES", "DAGSTER_HOME")}
-    return {**env, "DAGSTER_HOME": str(home)}
+    return root, {**env, "DAGSTER_HOME": str(root)}
 
 
 def warnings_in(output: str) -> list[str]:
@@ -41,10 +48,11 @@ def warnings_in(output: str) -> list[str]:
 
 
 def test_dg_check_defs_passes_from_the_project_root_without_warnings(tmp_path: Path) -> None:
+    root, env = readme_env(tmp_path)
     proc = subprocess.run(
         [str(DG), "check", "defs"],
-        cwd=ROOT,
-        env=readme_env(tmp_path),
+        cwd=root,
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
@@ -71,12 +79,13 @@ def location_loaded(url: str) -> bool:
 
 def test_dg_dev_serves_the_code_location_without_warnings(tmp_path: Path) -> None:
     (port,) = free_ports(1)
+    root, env = readme_env(tmp_path)
     log = tmp_path / "dg-dev.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
             [str(DG), "dev", "-h", LOOPBACK, "-p", str(port)],
-            cwd=ROOT,
-            env=readme_env(tmp_path),
+            cwd=root,
+            env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,

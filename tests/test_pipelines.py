@@ -412,7 +412,9 @@ def test_gc_runs_only_after_the_consistency_check_passes(tmp_path: Path) -> None
 
 def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     """The README's first command: demo table, every job once, runs kept in a local instance."""
-    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    # A DAGSTER_HOME of the user's own (the default, the project root, would fill the checkout).
+    home = tmp_path / "dagster-home"
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
     proc = subprocess.run(
         [sys.executable, "-m", "memwal_pipelines", "demo", "demo/table"],
         cwd=tmp_path,
@@ -429,7 +431,7 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     assert len(proc.stderr.splitlines()) <= 5 and "DEBUG" not in proc.stderr, proc.stderr[-2000:]
     with MemWalTable.open(str(tmp_path / "demo" / "table")) as opened:
         assert status(opened).pending_total == 0
-    home = tmp_path / ".dagster_home"
+    assert (home / "dagster.yaml").read_text() == (ROOT / "dagster.yaml").read_text()
     runs = DagsterInstance.from_ref(InstanceRef.from_dir(str(home))).get_runs()
     jobs = sorted(r.job_name for r in runs)
     assert jobs == [

@@ -20,7 +20,6 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
-from memwal_pipelines import INSTANCE_CONFIG
 from tests.support.service import (
     LOOPBACK,
     EarlyExit,
@@ -44,7 +43,7 @@ class DagsterDeployment(LoopbackService):
         *,
         env: dict[str, str] | None = None,
         start_timeout: float = 180.0,
-        instance_yaml: Path = INSTANCE_CONFIG,
+        instance_yaml: Path = PROJECT_ROOT / "dagster.yaml",
     ) -> None:
         super().__init__(prefix="memwal-dagster-", start_timeout=start_timeout, base_dir=None)
         self.tables_file = tables_file
