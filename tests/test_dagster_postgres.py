@@ -54,9 +54,7 @@ def test_postgres_instance_equals_the_default_but_for_storage_read_from_the_envi
     production = _load(POSTGRES_YAML)
     storage = production.pop("storage")
     default.pop("storage", None)
-    assert production == default, (
-        "docs/deploy/dagster-postgres.yaml drifted from dagster.yaml"
-    )
+    assert production == default, "docs/deploy/dagster-postgres.yaml drifted from dagster.yaml"
     connection = {field: {"env": var} for field, var in CONNECTION_ENV.items()}
     assert storage == {"postgres": {"postgres_db": {**connection, "scheme": "postgresql+psycopg2"}}}, (
         "the PostgreSQL connection must come from the DAGSTER_PG_* variables alone, through psycopg2"
