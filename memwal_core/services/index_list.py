@@ -28,8 +28,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from memwal_core.errors import MemwalError
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.naming import MEM_WAL_DIR
+from memwal_core.format.regions import RegionManifest
 from memwal_core.model.details_lease import details_lease
 from memwal_core.model.indexes import MaintainedIndexes, read_maintained
 from memwal_core.services.snapshot.details_commit import ProgressRepair, commit_details
@@ -51,6 +53,8 @@ class ListUpdate:
     waiting: Uncovered = dataclasses.field(default_factory=dict)
     table_version: int | None = None
     repairs: list[ProgressRepair] = dataclasses.field(default_factory=list)
+    # Regions whose manifest cannot be read: coverage there is unknown, so new indexes wait.
+    unreadable: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,6 +65,7 @@ class ListUpdate:
             },
             "table_version": self.table_version,
             "progress_repairs": [dataclasses.asdict(r) for r in self.repairs],
+            "unreadable_regions": [{"region": r, "error": e} for r, e in self.unreadable.items()],
         }
 
     def to_text(self) -> list[str]:
@@ -74,6 +79,10 @@ class ListUpdate:
                 f"  {name}  not listed yet: {len(gens)} flushed generation(s) lack it "
                 f"(region {gens[0][0]} generation {gens[0][1]}, ...); merge, then catch up again"
             )
+        lines.extend(
+            f"  region {region}: new indexes wait, its manifest cannot be read ({error})"
+            for region, error in self.unreadable.items()
+        )
         return lines
 
 
@@ -89,15 +98,39 @@ def _generation_indexes(table: MemWalTable, region: str, path: str) -> set[str] 
         return None
 
 
-def uncovered_generations(table: MemWalTable, details: IndexDetails, names: list[str]) -> Uncovered:
-    """For each of `names`, the flushed generations above `min(merged, caught_up)` that lack it.
+def _readable_regions(table: MemWalTable) -> tuple[dict[str, RegionManifest | None], dict[str, str]]:
+    """Every region's latest manifest, and the error of each region whose manifest cannot be read."""
+
+    def read(region: str) -> RegionManifest | MemwalError | None:
+        try:
+            return table.read_region(region)
+        except MemwalError as exc:
+            return exc
+
+    manifests: dict[str, RegionManifest | None] = {}
+    unreadable: dict[str, str] = {}
+    ids = table.region_ids()
+    for region, found in zip(ids, table.store.map(read, ids), strict=True):
+        if isinstance(found, MemwalError):
+            unreadable[region] = str(found)
+        else:
+            manifests[region] = found
+    return manifests, unreadable
+
+
+def uncovered_generations(
+    table: MemWalTable, details: IndexDetails, names: list[str]
+) -> tuple[Uncovered, dict[str, str]]:
+    """For each of `names`, the flushed generations above `min(merged, caught_up)` that lack it,
+    and the regions whose manifest cannot be read (where coverage is unknown).
 
     Every such generation is opened once, in parallel.
     """
     if not names:
-        return {}
+        return {}, {}
+    manifests, unreadable = _readable_regions(table)
     visits: list[tuple[str, int, str, list[str]]] = []
-    for region, manifest in sorted(table.read_regions().items()):
+    for region, manifest in sorted(manifests.items()):
         for g in manifest.generations if manifest is not None else ():
             merged = details.merged_generation(region)
             visited = [
@@ -113,7 +146,7 @@ def uncovered_generations(table: MemWalTable, details: IndexDetails, names: list
         for name in visited:
             if name not in has:
                 found.setdefault(name, []).append((region, generation))
-    return {name: found[name] for name in names if name in found}
+    return {name: found[name] for name in names if name in found}, unreadable
 
 
 def _read(table: MemWalTable) -> tuple[Any, IndexDetails, MaintainedIndexes]:
@@ -136,21 +169,22 @@ def update_maintained_list(table: MemWalTable, *, dry_run: bool = False) -> List
     meanwhile waits for the next run.
     """
     _dataset, details, rule = _read(table)
-    waiting = uncovered_generations(table, details, rule.list_added)
+    waiting, unreadable = uncovered_generations(table, details, rule.list_added)
     checked = set(rule.list_added)
-    target = _target(rule, set(waiting))
+    held_back = set(waiting) | (checked if unreadable else set())
+    target = _target(rule, held_back)
     if dry_run or target == rule.listed:
-        added = [n for n in rule.list_added if n not in waiting]
-        return ListUpdate(added, rule.list_removed, waiting)
+        added = [n for n in rule.list_added if n not in held_back]
+        return ListUpdate(added, rule.list_removed, waiting, unreadable=unreadable)
     with details_lease(table.store) as lease:
         dataset, details, rule = _read(table)
-        target = _target(rule, set(waiting) | (set(rule.list_added) - checked))
+        target = _target(rule, held_back | (set(rule.list_added) - checked))
         if target == rule.listed:
-            return ListUpdate([], [], waiting)
+            return ListUpdate([], [], waiting, unreadable=unreadable)
         message = details.to_proto()
         del message.maintained_indexes[:]
         message.maintained_indexes.extend(target)
         commit = commit_details(table, lease, dataset, message, str(uuid.uuid4()))
     added = sorted(set(target) - set(rule.listed))
     removed = sorted(set(rule.listed) - set(target))
-    return ListUpdate(added, removed, waiting, commit.table_version, commit.repairs)
+    return ListUpdate(added, removed, waiting, commit.table_version, commit.repairs, unreadable)
