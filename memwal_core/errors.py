@@ -36,9 +36,19 @@ def redact(text: str) -> str:
     return _SECRET_PARAMS.sub(r"\g<name>***", _USERINFO.sub(r"\g<scheme>***@", text))
 
 
-def first_line(text: str, limit: int = 300) -> str:
-    """The first line of an error text, redacted before it is cut to `limit` characters."""
-    return redact((text.splitlines() or [""])[0])[:limit]
+# How much of another component's error text (Lance's, Arrow's, Spark's) a memwal message quotes.
+EXCERPT_CHARS = 300
+
+
+def first_line(error: str | BaseException) -> str:
+    """The first line of an error text, redacted before it is cut to `EXCERPT_CHARS` characters.
+
+    The one way memwal quotes a foreign error: Lance's texts run to several
+    lines and end with build paths. An exception without a message gives its
+    type name.
+    """
+    text = error if isinstance(error, str) else (str(error) or type(error).__name__)
+    return redact((text.splitlines() or [""])[0])[:EXCERPT_CHARS]
 
 
 class MemwalError(Exception):
@@ -88,12 +98,36 @@ class ConflictError(MemwalError):
     """Another writer changed the same object first; re-read and re-plan."""
 
 
+class LeaseBusyError(ConflictError):
+    """Another live holder has the lease."""
+
+
+class LeaseLostError(ConflictError):
+    """Our lease expired and someone else took it; stop before changing anything."""
+
+
+class StaleMergeError(ConflictError):
+    """Another merger already merged this region past our target generation."""
+
+
+class DeleteConflictError(ConflictError):
+    """A fenced delete met a concurrent commit; check progress again before retrying."""
+
+
 class AlreadyExistsError(ConflictError):
     """A put-if-not-exists found the object already there."""
 
 
 class FencedError(ConflictError):
     """A newer writer claimed the region; this writer must stop."""
+
+
+class SparkMergeError(MemwalError):
+    """The Spark job collapsing a batch failed (the first line of the executor's error)."""
+
+
+class SparkIngestError(MemwalError):
+    """The Spark ingestion job failed (the executor's message)."""
 
 
 class CatchupError(MemwalError):

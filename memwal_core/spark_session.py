@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from memwal_core.errors import MemwalError
+from memwal_core.errors import MemwalError, first_line
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -63,7 +63,7 @@ def executor_error(exc: Exception) -> str:
     """The most telling line of a Spark failure: the executor's own exception message."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     ours = [line for line in lines if "memwal_core.errors." in line or "Error: region " in line]
-    return (ours or lines or [type(exc).__name__])[-1][:300]
+    return first_line((ours or lines or [type(exc).__name__])[-1])
 
 
 def executor_memwal_error(exc: Exception) -> MemwalError | None:

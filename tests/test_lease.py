@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from memwal_core.errors import CorruptMetadataError
-from memwal_core.model.lease import KEEP_RECORDS, LEASE_DIR, Lease, LeaseBusyError, LeaseLostError
+from memwal_core.errors import CorruptMetadataError, LeaseBusyError, LeaseLostError
+from memwal_core.model.lease import KEEP_RECORDS, LEASE_DIR, Lease
 from memwal_core.storage.options import StorageOptions
 from memwal_core.storage.stores import open_store
 

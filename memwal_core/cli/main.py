@@ -371,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memwal {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug or an unclassified failure: still one line, exit 1
-        first = first_line(str(exc))
+        first = first_line(exc)
         print(f"memwal {args.command}: failed: {type(exc).__name__}: {first}", file=sys.stderr)
         return 1
     return _report(args, payload, text, int(code))

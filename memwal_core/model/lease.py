@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from memwal_core.errors import AlreadyExistsError, ConflictError, CorruptMetadataError
+from memwal_core.errors import AlreadyExistsError, CorruptMetadataError, LeaseBusyError, LeaseLostError
 from memwal_core.storage.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -41,14 +41,6 @@ LEASE_DIR = "_memwal_leases"
 KEEP_RECORDS = 16
 # No holder asks for more than this: a record that expires further after it was written is damaged.
 MAX_TTL = 86_400.0
-
-
-class LeaseBusyError(ConflictError):
-    """Another live holder has the lease."""
-
-
-class LeaseLostError(ConflictError):
-    """Our lease expired and someone else took it; stop before changing anything."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from memwal_core.errors import SchemaError
+from memwal_core.errors import SchemaError, first_line
 
 
 def iter_tables(data: Any) -> Iterator[pa.Table]:
@@ -45,9 +45,8 @@ def _cast(column: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
     try:
         return column.cast(field.type, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        detail = str(exc).splitlines()[0]
         raise SchemaError(
-            f"column {field.name}: cannot cast {column.type} to {field.type} ({detail})"
+            f"column {field.name}: cannot cast {column.type} to {field.type} ({first_line(exc)})"
         ) from None
 
 

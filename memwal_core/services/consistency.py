@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from memwal_core.errors import MemwalError
+from memwal_core.errors import MemwalError, first_line
 from memwal_core.services.merge.collapse import collapse_local
 from memwal_core.services.merge.plan import GenerationSource
 from memwal_core.services.reader import ReadPlan, plan_read, point_lookup
@@ -74,14 +74,13 @@ def check_consistency(table: MemWalTable, *, sample: int = 64, seed: int | None 
     try:
         return _compare(table, plan, sample=sample, seed=seed, started=started)
     except (MemwalError, OSError, ValueError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
         return ConsistencyResult(
             table.uri,
             plan.table_version,
             0,
             0,
             0,
-            [f"LSM read failed: {first}"],
+            [f"LSM read failed: {first_line(exc)}"],
             time.perf_counter() - started,
         )
 

@@ -69,7 +69,7 @@ class SourceFiles:
             try:
                 return _s3fs(dict(self.storage_options)).open(path[len("s3://") :], "rb")
             except OSError as exc:
-                raise StorageError(f"cannot read source {path}: {str(exc).splitlines()[0][:200]}") from None
+                raise StorageError(f"cannot read source {path}: {first_line(exc)}") from None
         return open(path, "rb")
 
     def read(self, path: str, schema: pa.Schema) -> Iterator[pa.Table]:
@@ -83,12 +83,10 @@ class SourceFiles:
         except SchemaError:
             raise
         except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeDecodeError) as exc:
-            raise SchemaError(f"source {path}: {first_line(str(exc))}") from None
+            raise SchemaError(f"source {path}: {first_line(exc)}") from None
         except OSError as exc:  # a local file we may not read is bad input; S3 trouble is the store's
             failure = StorageError if path.startswith("s3://") else BadInputError
-            raise failure(
-                f"cannot read source {path}: {first_line(str(exc) or type(exc).__name__)}"
-            ) from None
+            raise failure(f"cannot read source {path}: {first_line(exc)}") from None
 
 
 def _read(handle: Any, fmt: str, schema: pa.Schema) -> Iterator[pa.Table]:
@@ -173,5 +171,5 @@ def _expand_s3(path: str, options: Mapping[str, str]) -> list[str]:
         else:
             found = [bare] if fs.exists(bare) else []
     except OSError as exc:
-        raise StorageError(f"cannot list source {path}: {str(exc).splitlines()[0][:200]}") from None
+        raise StorageError(f"cannot list source {path}: {first_line(exc)}") from None
     return sorted(f"s3://{p}" for p in found)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 
-from memwal_core.errors import BadInputError, MemwalError
+from memwal_core.errors import BadInputError, MemwalError, SparkIngestError
 from memwal_core.model.routing import region_spec_of
 from memwal_core.services.ingest.sources import SourceFiles
 from memwal_core.services.staging import STAGING_DIR, stage, unstage_batches
@@ -42,10 +42,6 @@ STAGED_ARROW = pa.schema(
 RESULT_SCHEMA = "region string, rows long"
 RESULT_ARROW = pa.schema([("region", pa.string()), ("rows", pa.int64())])
 T = TypeVar("T")
-
-
-class SparkIngestError(MemwalError):
-    """The Spark ingestion job failed (the executor's message)."""
 
 
 def _stage_files(

@@ -21,15 +21,21 @@ from typing import Any
 
 import pyarrow as pa
 
-from memwal_core.errors import ConflictError, MemwalError
+from memwal_core.errors import (
+    ConflictError,
+    DeleteConflictError,
+    LeaseBusyError,
+    LeaseLostError,
+    MemwalError,
+    StaleMergeError,
+    first_line,
+)
 from memwal_core.model.details_lease import details_lease
-from memwal_core.model.lease import Lease, LeaseBusyError, LeaseLostError
+from memwal_core.model.lease import Lease
 from memwal_core.services.merge.collapse import BatchCollapse, RegionCollapse, shared_key, shared_key_error
 from memwal_core.services.merge.commit import (
     AUTO,
     CommitPlan,
-    DeleteConflictError,
-    StaleMergeError,
     choose_commit,
     commit_checked,
 )
@@ -265,8 +271,7 @@ class BatchMerge:
                     self._fail_all(included, exc, outcome)
                     return
                 except OSError as exc:
-                    first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
-                    self._fail_all(included, MemwalError(f"commit failed: {first}"), outcome)
+                    self._fail_all(included, MemwalError(f"commit failed: {first_line(exc)}"), outcome)
                     return
                 seconds = (collapsed_at - started, time.perf_counter() - collapsed_at)
                 outcome.commit = self._record(

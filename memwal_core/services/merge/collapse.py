@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_core.errors import CorruptMetadataError, MemwalError, NotFoundError, SchemaError
+from memwal_core.errors import CorruptMetadataError, MemwalError, NotFoundError, SchemaError, first_line
 from memwal_core.services.merge.plan import GenerationSource, RegionMergePlan
 from memwal_core.storage.limits import with_lance_defaults
 
@@ -79,9 +79,9 @@ def read_generation(
             source.uri, storage_options=with_lance_defaults(storage_options or {})
         ).to_table()
     except (ValueError, OSError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
         raise NotFoundError(
-            f"region {region}: flushed generation {source.generation} at {source.uri} cannot be read ({first})"
+            f"region {region}: flushed generation {source.generation} at {source.uri} cannot be read "
+            f"({first_line(exc)})"
         ) from exc
 
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from memwal_core.errors import BadInputError, ConflictError, SchemaError
+from memwal_core.errors import BadInputError, DeleteConflictError, SchemaError, StaleMergeError
 
 if TYPE_CHECKING:
     import lance
@@ -55,14 +55,6 @@ INDEX_MAX_UPSERT_ROWS = 25_000
 AFTER_DELETE_RATIO = 100
 # A delete-only join through the index holds just the keys: measured fine at 100,000 (at 4M rows).
 INDEX_MAX_DELETE_ROWS = 100_000
-
-
-class StaleMergeError(ConflictError):
-    """Another merger already merged this region past our target generation."""
-
-
-class DeleteConflictError(ConflictError):
-    """A fenced delete met a concurrent commit; check progress again before retrying."""
 
 
 def _literal(value: object, column: str) -> str:

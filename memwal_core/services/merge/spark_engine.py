@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_core.errors import BadInputError, MemwalError
+from memwal_core.errors import BadInputError, MemwalError, SparkMergeError
 from memwal_core.services.merge.collapse import (
     REGION_COLUMN,
     REGION_THREADS,
@@ -74,10 +74,6 @@ TASK_RESULT = pa.schema(
     ]
 )
 TASK_RESULT_SCHEMA = "region string, part long, rows_read long, bytes_read long, live_rows long, deleted_rows long, live_path string, deleted_path string, error string, exit_code int"
-
-
-class SparkMergeError(MemwalError):
-    """The Spark job collapsing a batch failed (the first line of the executor's error)."""
 
 
 def batch_units(
