@@ -25,6 +25,7 @@ from memwal_core.errors import (
 from memwal_core.format.index_details import IndexDetails, read_index_details
 from memwal_core.format.naming import MEM_WAL_DIR, TABLE_VERSIONS_DIR, U64_MAX, table_manifest_name
 from memwal_core.format.regions import RegionManifest
+from memwal_core.lance_errors import OpenFailure, named_manifest, open_failure
 from memwal_core.model.region_store import RegionManifestStore
 from memwal_core.storage.object_store import ObjectStore
 from memwal_core.storage.options import StorageOptions
@@ -37,12 +38,8 @@ if TYPE_CHECKING:
 # A flushed generation's directory: `{8 hex chars}_gen_{g}`.
 GENERATION_DIR = re.compile(r"^[0-9a-f]{8}_gen_[0-9]+$")
 PK_META = b"lance-schema:unenforced-primary-key"
-# Words in Lance's errors when a request got no answer in time, or never reached the endpoint.
-SILENT = ("timed out", "Timeout", "deadline has elapsed")
-UNREACHABLE = ("connect", "Connection", "dns", "Error performing", "error sending request")
 PK_POSITION_META = b"lance-schema:unenforced-primary-key:position"
-# A table manifest named in Lance's error texts, and Lance's V2 manifest names.
-_NAMED_MANIFEST = re.compile(rf"{TABLE_VERSIONS_DIR}/([0-9]+\.manifest)")
+# Lance's V2 manifest names.
 _MANIFEST_NAME = re.compile(r"^[0-9]{20}\.manifest$")
 
 
@@ -98,8 +95,8 @@ class MemWalTable:
             raise self._classify_open_error(exc, version) from exc
 
     def _classify_open_error(self, exc: Exception, version: int | None) -> Exception:
-        message = str(exc)
-        if "not found" in message.lower() or "does not exist" in message.lower():
+        failure = open_failure(exc)
+        if failure is OpenFailure.NOT_FOUND:
             if version is not None and self.store.is_dir(TABLE_VERSIONS_DIR):
                 return NotFoundError(f"table {self.uri} has no version {version}")
             if self.store.is_dir(TABLE_VERSIONS_DIR):
@@ -111,21 +108,18 @@ class MemWalTable:
                     f"{self.uri} is not a Lance table (no {TABLE_VERSIONS_DIR}/ directory)"
                 )
             return NotFoundError(f"table {self.uri} does not exist")
-        if any(word in message for word in SILENT):
-            return StorageError(f"storage did not answer for table {self.uri}: {first_line(message)}")
-        if any(word in message for word in UNREACHABLE):
-            return StorageError(f"cannot reach the storage of table {self.uri}: {first_line(message)}")
-        manifest = self._manifest_at_fault(message, version)
+        if failure is OpenFailure.NO_ANSWER:
+            return StorageError(f"storage did not answer for table {self.uri}: {first_line(exc)}")
+        if failure is OpenFailure.UNREACHABLE:
+            return StorageError(f"cannot reach the storage of table {self.uri}: {first_line(exc)}")
+        manifest = named_manifest(exc) or self._manifest_opened(version)
         what = (
             f"its manifest {self.store.describe(manifest)} cannot be read" if manifest else "cannot be opened"
         )
-        return CorruptMetadataError(f"table {self.uri}: {what} ({first_line(message or type(exc).__name__)})")
+        return CorruptMetadataError(f"table {self.uri}: {what} ({first_line(exc)})")
 
-    def _manifest_at_fault(self, message: str, version: int | None) -> str | None:
-        """The table manifest a Lance error is about: the one it names, else the one being opened."""
-        named = _NAMED_MANIFEST.search(message)
-        if named:
-            return f"{TABLE_VERSIONS_DIR}/{named.group(1)}"
+    def _manifest_opened(self, version: int | None) -> str | None:
+        """The table manifest Lance opens for `version` (default: the newest stored), if any."""
         if version is None:
             names = (info.path.rsplit("/", 1)[-1] for info in self.store.list_files(TABLE_VERSIONS_DIR))
             found = [int(n[: -len(".manifest")]) for n in names if _MANIFEST_NAME.match(n)]

@@ -25,7 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from memwal_core.errors import BadInputError, FencedError, MemwalError, StorageError, UncertainWriteError
+from memwal_core.errors import (
+    BadInputError,
+    FencedError,
+    MemwalError,
+    StorageError,
+    UncertainWriteError,
+    first_line,
+)
+from memwal_core.lance_errors import WriteFailure, is_overfull_replay, write_failure
 from memwal_core.model.region_directory import RegionDirectory
 from memwal_core.model.routing import RegionSpec, partition_by_code, region_spec_of
 from memwal_core.model.rows import conform, iter_tables, key_rows
@@ -38,10 +46,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("memwal.writer")
 
 LANCE_MEMTABLE_ROWS = 100_000
-# Lance 14 can leave a WAL generation fuller than the writer's own MemTable limit (a PUT whose
-# response was lost, then retried); replay then refuses the region with this message, forever.
-OVERFULL_REPLAY = "past what the memtable replaying it can hold"
-# The limits of the one-off claim that replays such a WAL: large enough for any WAL generation.
+# The limits of the one-off claim that replays a WAL generation over our MemTable limits
+# (`lance_errors.OVERFULL_REPLAY`): large enough for any WAL generation.
 RECOVERY_LIMITS = {"max_memtable_rows": 10_000_000, "max_memtable_batches": 1_000_000}
 
 
@@ -94,17 +100,17 @@ def _fenced(region: str) -> FencedError:
 
 def _native_error(region: str, exc: Exception) -> MemwalError:
     """A Lance writer error as ours: fencing, bad rows, a write of unknown outcome, or storage trouble."""
-    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if "failed PUT" in first:
+    failure = write_failure(exc)
+    if failure is WriteFailure.LOST_RESPONSE:
         return UncertainWriteError(
             f"region {region}: a WAL write's response was lost, so it may or may not have been applied; "
             "the next call re-opens the region"
         )
-    if "fenced" in first.lower():
+    if failure is WriteFailure.FENCED:
         return _fenced(region)
-    if "Invalid user input" in first:
-        return BadInputError(f"region {region}: Lance refused the rows: {first[:300]}")
-    return StorageError(f"region {region}: write failed: {first[:300]}")
+    if failure is WriteFailure.INVALID_INPUT:
+        return BadInputError(f"region {region}: Lance refused the rows: {first_line(exc)}")
+    return StorageError(f"region {region}: write failed: {first_line(exc)}")
 
 
 @dataclass
@@ -179,7 +185,7 @@ class MemWalWriter:
         try:
             return self._dataset.mem_wal_writer(region, **self.options.native())
         except (OSError, RuntimeError, ValueError) as exc:
-            if OVERFULL_REPLAY not in str(exc):
+            if not is_overfull_replay(exc):
                 raise _native_error(region, exc) from None
         log.warning(
             "region %s: its WAL holds a generation over our MemTable limits; replaying it once", region

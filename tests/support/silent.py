@@ -50,6 +50,8 @@ class SilentEndpoint:
                 self._held.append(connection)
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):  # wakes the thread blocked in accept(); close() alone does not
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         for connection in self._held:
             connection.close()

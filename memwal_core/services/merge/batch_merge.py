@@ -30,6 +30,7 @@ from memwal_core.errors import (
     StaleMergeError,
     first_line,
 )
+from memwal_core.lance_errors import is_retries_exhausted
 from memwal_core.model.details_lease import details_lease
 from memwal_core.model.lease import Lease
 from memwal_core.services.merge.collapse import BatchCollapse, RegionCollapse, shared_key, shared_key_error
@@ -79,9 +80,7 @@ class BatchOutcome:
 
 def _is_retryable_conflict(exc: BaseException) -> bool:
     """Lance's own retries ran out, or a fenced delete met a commit: a fresh attempt (progress re-checked) may succeed."""
-    return isinstance(exc, DeleteConflictError) or (
-        isinstance(exc, OSError) and "Too many concurrent writers" in str(exc)
-    )
+    return isinstance(exc, DeleteConflictError) or (isinstance(exc, OSError) and is_retries_exhausted(exc))
 
 
 def has_key_index(dataset: Any, primary_key: tuple[str, ...]) -> bool:

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from memwal_core.errors import BadInputError, DeleteConflictError, SchemaError, StaleMergeError
+from memwal_core.errors import BadInputError, DeleteConflictError, SchemaError, StaleMergeError, first_line
+from memwal_core.lance_errors import is_commit_conflict, is_stale_merge
 
 if TYPE_CHECKING:
     import lance
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STALE_MARKER = "Stale SSTable compaction"
 # An upsert-only commit uses the key index while the source has at most one row per
 # this many base rows (bench/merge_index.py: the index wins below ~1/8,000 at 1M, 4M and 16M rows).
 INDEX_SOURCE_RATIO = 10_000
@@ -178,8 +178,10 @@ def delete_fenced(
     try:
         stats: dict[str, int] = builder.conflict_retries(0).execute(deleted_keys)
     except OSError as exc:
-        if any(word in str(exc) for word in ("onflict", "oncurrent", "etry")):
-            raise DeleteConflictError(f"the delete commit met a concurrent commit: {exc}") from exc
+        if is_commit_conflict(exc):
+            raise DeleteConflictError(
+                f"the delete commit met a concurrent commit: {first_line(exc)}"
+            ) from exc
         raise
     return stats.get("num_deleted_rows", 0)
 
@@ -215,7 +217,7 @@ def commit_batch(
     try:
         stats: dict[str, int] = builder.execute(live)
     except OSError as exc:
-        if STALE_MARKER in str(exc):
+        if is_stale_merge(exc):
             raise StaleMergeError(
                 f"{len(targets)} region(s): a region was already merged past its target by another merger"
             ) from exc

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from memwal_core.errors import ConflictError
 from memwal_core.format.naming import MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NAME
 from memwal_core.format.proto import memwal_pb2 as pb
+from memwal_core.lance_errors import is_stale_merge
 from memwal_core.model.lease import Lease
-from memwal_core.services.merge.commit import STALE_MARKER
 from memwal_core.table import MemWalTable
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ def repair_progress(table: MemWalTable, lost: dict[str, tuple[int, int]]) -> lis
         try:
             builder.execute(empty)
         except OSError as exc:
-            if STALE_MARKER in str(exc):
+            if is_stale_merge(exc):
                 continue
             raise
         return [ProgressRepair(r, e, f, int(dataset.version)) for r, (e, f) in sorted(pending.items())]

@@ -1,0 +1,117 @@
+"""The texts of Lance's errors that memwal acts on, and what each one means.
+
+pylance 14 raises OSError, ValueError or RuntimeError for nearly every
+failure: only the text tells a stale merge from a fenced writer or an
+unreachable store. Each text memwal relies on is named here, once, and
+tests/unit/test_lance_errors.py provokes it from real Lance where it can be
+provoked, so a Lance upgrade that rewords one fails that named test instead of
+a merge in production.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+from memwal_core.format.naming import TABLE_VERSIONS_DIR
+
+# A marked merge commit at or below a region's recorded progress: another merger got there first.
+STALE_MERGE = "Stale SSTable compaction"
+# A commit met newer commits it could rebase over, and its conflict retries ran out.
+RETRIES_EXHAUSTED = "Too many concurrent writers"
+# A commit that cannot be rebased over a newer one (an overwrite, say).
+INCOMPATIBLE_TRANSACTION = "Incompatible transaction"
+# Another writer claimed the region: "Writer fenced (peer claimed epoch)", "writer was fenced during open".
+FENCED = "fenced"
+# A WAL write whose response was lost, found applied on retry: "WAL position N was taken after a failed PUT".
+LOST_WAL_PUT = "failed PUT"
+# Lance 14 can leave a WAL generation fuller than the writer's own MemTable limit (a PUT whose
+# response was lost, then retried); replaying it then refuses the region with this text, forever.
+OVERFULL_REPLAY = "past what the memtable replaying it can hold"
+# Lance's prefix of an InvalidInput error: the writer refused the rows (a stale merge carries it too).
+INVALID_INPUT = "Invalid user input"
+# A path or version with nothing there ("Dataset at path ... was not found: Not found: ..."), lower-case.
+NOT_FOUND = ("not found", "does not exist")
+# A request that got no answer in time (object_store's and tokio's words). Lance 14 reports a silent
+# S3 endpoint as "error sending request" instead (see the tests), so these are a fallback.
+NO_ANSWER = ("timed out", "Timeout", "deadline has elapsed")
+# A request that never reached the endpoint: refused, unresolvable, or failed in sending.
+UNREACHABLE = ("connect", "Connection", "dns", "Error performing", "error sending request")
+# A table manifest named in an error, e.g. "Encountered corrupt file .../_versions/{n}.manifest: ...".
+_NAMED_MANIFEST = re.compile(rf"{TABLE_VERSIONS_DIR}/([0-9]+\.manifest)")
+
+
+class OpenFailure(Enum):
+    """Why Lance could not open a dataset (or list its versions)."""
+
+    NOT_FOUND = "not found"
+    NO_ANSWER = "no answer"
+    UNREACHABLE = "unreachable"
+    UNREADABLE = "unreadable"
+
+
+class WriteFailure(Enum):
+    """Why Lance's native MemWAL writer failed a claim, a put or a delete."""
+
+    LOST_RESPONSE = "lost response"
+    FENCED = "fenced"
+    INVALID_INPUT = "invalid input"
+    STORAGE = "storage"
+
+
+def _has(exc: BaseException, text: str) -> bool:
+    return text in str(exc)
+
+
+def is_stale_merge(exc: BaseException) -> bool:
+    """A marked merge commit Lance refused: a region's recorded progress is already at or past its marker."""
+    return _has(exc, STALE_MERGE)
+
+
+def is_retries_exhausted(exc: BaseException) -> bool:
+    """A commit that kept meeting concurrent commits until its conflict retries ran out."""
+    return _has(exc, RETRIES_EXHAUSTED)
+
+
+def is_commit_conflict(exc: BaseException) -> bool:
+    """A commit another commit got in ahead of: retried out, or impossible to rebase."""
+    return is_retries_exhausted(exc) or _has(exc, INCOMPATIBLE_TRANSACTION)
+
+
+def is_overfull_replay(exc: BaseException) -> bool:
+    """A writer's claim refused because the region's WAL holds more than its MemTable limits replay."""
+    return _has(exc, OVERFULL_REPLAY)
+
+
+def open_failure(exc: BaseException) -> OpenFailure:
+    """What stopped Lance opening a dataset.
+
+    Not-found comes first: Lance's S3 errors all begin "Error performing ...
+    request", whatever went wrong, so the unreachable words match them too.
+    """
+    text = str(exc)
+    if any(word in text.lower() for word in NOT_FOUND):
+        return OpenFailure.NOT_FOUND
+    if any(word in text for word in NO_ANSWER):
+        return OpenFailure.NO_ANSWER
+    if any(word in text for word in UNREACHABLE):
+        return OpenFailure.UNREACHABLE
+    return OpenFailure.UNREADABLE
+
+
+def write_failure(exc: BaseException) -> WriteFailure:
+    """What failed a native writer's call: the first kind, in this order, whose text the error carries."""
+    text = str(exc)
+    if LOST_WAL_PUT in text:
+        return WriteFailure.LOST_RESPONSE
+    if FENCED in text.lower():
+        return WriteFailure.FENCED
+    if INVALID_INPUT in text:
+        return WriteFailure.INVALID_INPUT
+    return WriteFailure.STORAGE
+
+
+def named_manifest(exc: BaseException) -> str | None:
+    """The table manifest (relative to the table) a Lance error names, if it names one."""
+    named = _NAMED_MANIFEST.search(str(exc))
+    return f"{TABLE_VERSIONS_DIR}/{named.group(1)}" if named else None
