@@ -8,7 +8,6 @@ region manifests under `_mem_wal/`.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterable, Mapping
 from functools import cached_property
@@ -23,7 +22,13 @@ from memwal_core.errors import (
     first_line,
 )
 from memwal_core.format.index_details import IndexDetails, read_index_details
-from memwal_core.format.naming import MEM_WAL_DIR, TABLE_VERSIONS_DIR, U64_MAX, table_manifest_name
+from memwal_core.format.naming import (
+    MEM_WAL_DIR,
+    TABLE_VERSIONS_DIR,
+    generation_from_dir_name,
+    table_manifest_name,
+    table_manifest_version,
+)
 from memwal_core.format.regions import RegionManifest
 from memwal_core.lance_errors import OpenFailure, named_manifest, open_failure
 from memwal_core.model.region_store import RegionManifestStore
@@ -35,12 +40,8 @@ if TYPE_CHECKING:
     import lance
     import pyarrow as pa
 
-# A flushed generation's directory: `{8 hex chars}_gen_{g}`.
-GENERATION_DIR = re.compile(r"^[0-9a-f]{8}_gen_[0-9]+$")
 PK_META = b"lance-schema:unenforced-primary-key"
 PK_POSITION_META = b"lance-schema:unenforced-primary-key:position"
-# Lance's V2 manifest names.
-_MANIFEST_NAME = re.compile(r"^[0-9]{20}\.manifest$")
 
 
 def primary_key_of(schema: pa.Schema) -> list[str]:
@@ -122,10 +123,10 @@ class MemWalTable:
         """The table manifest Lance opens for `version` (default: the newest stored), if any."""
         if version is None:
             names = (info.path.rsplit("/", 1)[-1] for info in self.store.list_files(TABLE_VERSIONS_DIR))
-            found = [int(n[: -len(".manifest")]) for n in names if _MANIFEST_NAME.match(n)]
+            found = [v for v in map(table_manifest_version, names) if v is not None]
             if not found:
                 return None
-            version = U64_MAX - min(found)  # Lance's V2 names count down: the smallest is the newest
+            version = max(found)
         return f"{TABLE_VERSIONS_DIR}/{table_manifest_name(version)}"
 
     def version_numbers(self, dataset: lance.LanceDataset | None = None) -> list[int]:
@@ -184,7 +185,9 @@ class MemWalTable:
             return self.region_store(region).read_latest()
         except NotFoundError:
             generations = [
-                d for d in self.store.list_dirs(f"{MEM_WAL_DIR}/{region}") if GENERATION_DIR.search(d)
+                d
+                for d in self.store.list_dirs(f"{MEM_WAL_DIR}/{region}")
+                if generation_from_dir_name(d) is not None
             ]
             if generations:
                 raise CorruptMetadataError(

@@ -40,8 +40,7 @@ import lance
 import pytest
 
 from memwal_core.demo import write_demo_table
-from memwal_core.format.naming import region_manifest_name, wal_entry_name
-from memwal_core.model.lease import LEASE_DIR
+from memwal_core.format.naming import LEASE_DIR, region_manifest_name, wal_entry_name
 from memwal_core.services.catchup import catchup
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.merge.batch_merge import DEFAULT_LEASE_TTL

@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from memwal_core.errors import BadInputError
+from memwal_core.format.naming import STAGING_DIR
 from memwal_core.services.ingest.service import ingest
-from memwal_core.services.staging import STAGING_DIR
 from memwal_core.services.writer import MemWalWriter, WriterOptions
 from memwal_core.table import MemWalTable
 from tests.support.tables import tree_digest

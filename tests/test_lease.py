@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from memwal_core.errors import CorruptMetadataError, LeaseBusyError, LeaseLostError
-from memwal_core.model.lease import KEEP_RECORDS, LEASE_DIR, Lease
+from memwal_core.format.naming import LEASE_DIR
+from memwal_core.model.lease import KEEP_RECORDS, Lease
 from memwal_core.storage.options import StorageOptions
 from memwal_core.storage.stores import open_store
 

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 
 from memwal_core.demo import write_demo_table
+from memwal_core.format.naming import STAGING_DIR
 from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.service import merge
-from memwal_core.services.staging import STAGING_DIR
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
 from tests.support.model import ModelTable

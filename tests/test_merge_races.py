@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from memwal_core.demo import write_demo_table
-from memwal_core.model.lease import LEASE_DIR
+from memwal_core.format.naming import LEASE_DIR
 from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable

@@ -10,7 +10,9 @@ from memwal_core.format.naming import (
     generation_from_dir_name,
     parse_bitrev64,
     region_manifest_name,
+    region_snapshot_path,
     table_manifest_name,
+    table_manifest_version,
     wal_entry_name,
 )
 
@@ -44,7 +46,15 @@ def test_bitrev64_rejects_out_of_range_and_foreign_names() -> None:
 def test_table_manifest_and_generation_names() -> None:
     assert table_manifest_name(1) == "18446744073709551614.manifest"
     assert table_manifest_name(2) == "18446744073709551613.manifest"
+    assert table_manifest_version("18446744073709551613.manifest") == 2
+    assert table_manifest_version(table_manifest_name(123)) == 123
+    assert table_manifest_version("1.manifest") is None  # Lance's V1 names are not ours to read
+    assert table_manifest_version("18446744073709551613.manifest.tmp") is None
     assert generation_from_dir_name("7390936d_gen_4") == 4
     assert generation_from_dir_name("7390936d_gen_12") == 12
     assert generation_from_dir_name("manifest") is None
     assert generation_from_dir_name("xyz_gen_1") is None
+
+
+def test_region_snapshot_path() -> None:
+    assert region_snapshot_path("d1b5") == "_indices/d1b5/index.lance"

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from memwal_core.demo import write_demo_table
+from memwal_core.format.naming import STAGING_DIR
 from memwal_core.format.proto import memwal_pb2 as pb
 from memwal_core.services.merge.service import merge
 from memwal_core.services.merge.spark_engine import SparkEngine
-from memwal_core.services.staging import STAGING_DIR
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
 

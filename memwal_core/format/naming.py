@@ -1,6 +1,6 @@
-"""File names of the MemWAL layout (see docs: lance-memwal-format.md).
+"""Directory and file names of the MemWAL layout (Lance's, and memwal's own next to it).
 
-Region manifests and WAL entries are named by the 64-bit reversal of their
+One place for every name a reader or a cleaner must agree on. Region manifests and WAL entries are named by the 64-bit reversal of their
 number, written as 64 binary digits, so that consecutive numbers spread over
 the key space of an object store.
 """
@@ -20,9 +20,20 @@ MEM_WAL_DETAILS_TYPE_URL = "/lance.table.MemWalIndexDetails"
 REGION_MANIFEST_DIR = "manifest"
 REGION_WAL_DIR = "wal"
 VERSION_HINT_FILE = "version_hint.json"
+REGION_MANIFEST_SUFFIX = ".binpb"
+WAL_SUFFIX = ".arrow"
 TABLE_VERSIONS_DIR = "_versions"
+INDICES_DIR = "_indices"
+# A region snapshot too large for the index details, in `_indices/{index uuid}/`.
+REGION_SNAPSHOT_FILE = "index.lance"
+# memwal's own: rows Spark tasks hand over (removed by their reader, else by GC), and leases.
+STAGING_DIR = "_memwal_staging"
+LEASE_DIR = "_memwal_leases"
 
+# A flushed generation's directory: `{8 hex chars}_gen_{g}`.
 _GENERATION_DIR = re.compile(r"^[0-9a-f]{8}_gen_(\d+)$")
+# Lance's V2 table manifest names: 20 digits, counting down from U64_MAX.
+_TABLE_MANIFEST = re.compile(r"^([0-9]{20})\.manifest$")
 
 
 def bitrev64(n: int) -> str:
@@ -41,17 +52,28 @@ def parse_bitrev64(name: str) -> int:
 
 def region_manifest_name(version: int) -> str:
     """File name of region manifest `version`."""
-    return f"{bitrev64(version)}.binpb"
+    return f"{bitrev64(version)}{REGION_MANIFEST_SUFFIX}"
 
 
 def wal_entry_name(position: int) -> str:
     """File name of the WAL entry at 1-based `position`."""
-    return f"{bitrev64(position)}.arrow"
+    return f"{bitrev64(position)}{WAL_SUFFIX}"
 
 
 def table_manifest_name(version: int) -> str:
     """File name of base-table manifest `version` (Lance's V2 naming)."""
     return f"{U64_MAX - version}.manifest"
+
+
+def table_manifest_version(name: str) -> int | None:
+    """Version of a base-table manifest file name (Lance's V2 naming), else None."""
+    match = _TABLE_MANIFEST.match(name)
+    return U64_MAX - int(match.group(1)) if match else None
+
+
+def region_snapshot_path(index_uuid: str) -> str:
+    """Where the region snapshot file of index `index_uuid` lives, relative to the table."""
+    return f"{INDICES_DIR}/{index_uuid}/{REGION_SNAPSHOT_FILE}"
 
 
 def generation_from_dir_name(name: str) -> int | None:

@@ -22,10 +22,10 @@ from typing import Any
 import pyarrow as pa
 
 from memwal_core.errors import CorruptMetadataError
+from memwal_core.format.naming import REGION_SNAPSHOT_FILE
 from memwal_core.format.proto import memwal_pb2 as pb
 
 REGION_FIELD_PREFIX = "region_field_"
-FILE_NAME = "index.lance"
 
 _INTEGERS = {f"{sign}int{bits}": (bits // 8, sign == "") for sign in ("", "u") for bits in (8, 16, 32, 64)}
 _ARROW_TYPES: dict[str, pa.DataType] = {
@@ -150,7 +150,7 @@ def encode(table: pa.Table) -> bytes:
     from lance.file import LanceFileWriter
 
     with tempfile.TemporaryDirectory(prefix="memwal-snapshot-") as tmp:
-        path = Path(tmp) / FILE_NAME
+        path = Path(tmp) / REGION_SNAPSHOT_FILE
         writer = LanceFileWriter(str(path), table.schema)
         writer.write_batch(table)
         writer.close()
@@ -162,7 +162,7 @@ def decode(data: bytes, *, where: str) -> pa.Table:
     from lance.file import LanceFileReader
 
     with tempfile.TemporaryDirectory(prefix="memwal-snapshot-") as tmp:
-        path = Path(tmp) / FILE_NAME
+        path = Path(tmp) / REGION_SNAPSHOT_FILE
         path.write_bytes(data)
         try:
             table: pa.Table = LanceFileReader(str(path)).read_all().to_table()

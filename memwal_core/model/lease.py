@@ -33,11 +33,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memwal_core.errors import AlreadyExistsError, CorruptMetadataError, LeaseBusyError, LeaseLostError
+from memwal_core.format.naming import LEASE_DIR
 from memwal_core.storage.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
 
-LEASE_DIR = "_memwal_leases"
 KEEP_RECORDS = 16
 # No holder asks for more than this: a record that expires further after it was written is damaged.
 MAX_TTL = 86_400.0

@@ -18,12 +18,22 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
+from collections.abc import Mapping
+from typing import Protocol
 
 from memwal_core.errors import AlreadyExistsError, ConflictError
 from memwal_core.format.proto import memwal_pb2 as pb
 from memwal_core.format.regions import RegionManifest, uuid_to_proto
+from memwal_core.model.region_store import RegionManifestStore
 from memwal_core.model.routing import RegionKey, RegionSpec
-from memwal_core.table import MemWalTable
+
+
+class Regions(Protocol):
+    """What the directory needs of a table (`MemWalTable` is one): its regions' manifests."""
+
+    def read_regions(self) -> Mapping[str, RegionManifest | None]: ...
+
+    def region_store(self, region: str) -> RegionManifestStore: ...
 
 
 def region_id_for(spec_id: int, key: RegionKey) -> str:
@@ -45,7 +55,7 @@ def initial_manifest(region: str, spec_id: int, key: RegionKey) -> bytes:
 class RegionDirectory:
     """Region value -> region id for one table and spec; thread-safe, read once, then cached."""
 
-    def __init__(self, table: MemWalTable, spec: RegionSpec) -> None:
+    def __init__(self, table: Regions, spec: RegionSpec) -> None:
         self.table = table
         self.spec = spec
         self._lock = threading.Lock()
@@ -78,12 +88,11 @@ class RegionDirectory:
 
     def _create(self, key: RegionKey) -> str:
         region = region_id_for(self.spec.spec_id, key)
-        store = self.table.region_store(region)
+        manifests = self.table.region_store(region)
         try:
-            store.store.put_if_not_exists(store.path(1), initial_manifest(region, self.spec.spec_id, key))
-            store.write_hint(1)
+            manifests.create_first(initial_manifest(region, self.spec.spec_id, key))
         except AlreadyExistsError:
-            if self._serves(store.read(1)) != key:
+            if self._serves(manifests.read(1)) != key:
                 raise ConflictError(
                     f"region {region} already exists and serves another region value than {key!r}"
                 ) from None

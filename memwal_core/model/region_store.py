@@ -17,6 +17,7 @@ from memwal_core.errors import CorruptMetadataError, NotFoundError, StorageError
 from memwal_core.format.naming import (
     MEM_WAL_DIR,
     REGION_MANIFEST_DIR,
+    REGION_MANIFEST_SUFFIX,
     VERSION_HINT_FILE,
     parse_bitrev64,
     region_manifest_name,
@@ -132,8 +133,8 @@ class RegionManifestStore:
         versions: dict[int, float] = {}
         for info in self.store.list_files(self.dir):
             name = info.path.rsplit("/", 1)[-1]
-            if name.endswith(".binpb"):
-                versions[parse_bitrev64(name[: -len(".binpb")])] = info.mtime
+            if name.endswith(REGION_MANIFEST_SUFFIX):
+                versions[parse_bitrev64(name[: -len(REGION_MANIFEST_SUFFIX)])] = info.mtime
         return versions
 
     def oldest_version(self) -> int | None:
@@ -145,6 +146,14 @@ class RegionManifestStore:
         hint = json.dumps({"version": version}, separators=(",", ":")).encode()
         with contextlib.suppress(StorageError):
             self.store.write(f"{self.dir}/{VERSION_HINT_FILE}", hint)
+
+    def create_first(self, message_bytes: bytes) -> None:
+        """Write version 1 of a new region if nobody else has; then point the hint at it.
+
+        Raises AlreadyExistsError when the region already has a version 1.
+        """
+        self.store.put_if_not_exists(self.path(1), message_bytes)
+        self.write_hint(1)
 
     def write_next(self, current: RegionManifest, message_bytes: bytes) -> None:
         """Write version `current.version + 1` if nobody else has; then update the hint.

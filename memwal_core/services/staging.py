@@ -13,7 +13,6 @@ import pyarrow as pa
 
 from memwal_core.storage.limits import with_lance_defaults
 
-STAGING_DIR = "_memwal_staging"
 STREAM_BATCH_ROWS = 65_536
 
 

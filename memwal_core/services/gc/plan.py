@@ -17,6 +17,8 @@ from memwal_core.errors import MemwalError, MemWalNotEnabledError, NotFoundError
 from memwal_core.format.naming import (
     MEM_WAL_DIR,
     REGION_WAL_DIR,
+    STAGING_DIR,
+    WAL_SUFFIX,
     generation_from_dir_name,
     parse_bitrev64,
 )
@@ -32,10 +34,8 @@ from memwal_core.services.gc.rules import (
 )
 from memwal_core.services.gc.wal import plan_wal
 from memwal_core.services.merge.plan import RegionFailure
-from memwal_core.services.staging import STAGING_DIR
 from memwal_core.table import MemWalTable
 
-WAL_SUFFIX = ".arrow"
 REGION_THREADS = 8
 
 

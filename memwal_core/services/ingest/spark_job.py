@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, TypeVar
 import pyarrow as pa
 
 from memwal_core.errors import BadInputError, MemwalError, SparkIngestError
+from memwal_core.format.naming import STAGING_DIR
 from memwal_core.model.routing import region_spec_of
 from memwal_core.services.ingest.sources import SourceFiles
-from memwal_core.services.staging import STAGING_DIR, stage, unstage_batches
+from memwal_core.services.staging import stage, unstage_batches
 from memwal_core.services.writer import MemWalWriter, WriterOptions
 from memwal_core.spark_session import executor_error, executor_memwal_error, spark_session
 from memwal_core.storage.limits import with_lance_defaults

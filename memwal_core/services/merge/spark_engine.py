@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_core.errors import BadInputError, MemwalError, SparkMergeError
+from memwal_core.format.naming import STAGING_DIR
 from memwal_core.services.merge.collapse import (
     REGION_COLUMN,
     REGION_THREADS,
@@ -47,7 +48,7 @@ from memwal_core.services.merge.collapse import (
     with_region,
 )
 from memwal_core.services.merge.plan import RegionMergePlan
-from memwal_core.services.staging import STAGING_DIR, unstage, unstage_batches
+from memwal_core.services.staging import unstage, unstage_batches
 from memwal_core.spark_session import executor_error, spark_session
 from memwal_core.storage.limits import with_lance_defaults
 from memwal_core.storage.options import StorageOptions

@@ -18,20 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memwal_core.errors import AlreadyExistsError, StorageError
-from memwal_core.format.region_snapshot import FILE_NAME, encode, region_field_types, to_arrow
+from memwal_core.format.naming import region_snapshot_path
+from memwal_core.format.region_snapshot import encode, region_field_types, to_arrow
 from memwal_core.model.details_lease import DEFAULT_DETAILS_LEASE_TTL, details_lease
 from memwal_core.services.snapshot.details_commit import ProgressRepair, commit_details
 from memwal_core.services.snapshot.plan import DEFAULT_INLINE_THRESHOLD, SnapshotPlan, plan_snapshot
 from memwal_core.table import MemWalTable
 
 log = logging.getLogger(__name__)
-
-INDICES_DIR = "_indices"
-
-
-def snapshot_file_path(index_uuid: str) -> str:
-    """Where an external region snapshot lives, relative to the table."""
-    return f"{INDICES_DIR}/{index_uuid}/{FILE_NAME}"
 
 
 @dataclass(frozen=True)
@@ -160,7 +154,7 @@ def build_snapshot(
             message.inline_snapshots = data
         else:
             message.ClearField("inline_snapshots")
-            path = snapshot_file_path(new_uuid)
+            path = region_snapshot_path(new_uuid)
             table.store.put_if_not_exists(path, data)
 
         def undo() -> None:

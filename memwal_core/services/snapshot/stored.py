@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from memwal_core.errors import MemWalNotEnabledError, NotFoundError
 from memwal_core.format.index_details import IndexDetails
+from memwal_core.format.naming import region_snapshot_path
 from memwal_core.format.region_snapshot import RegionSnapshotRow, decode, from_arrow
-from memwal_core.services.snapshot.service import snapshot_file_path
 from memwal_core.table import MemWalTable
 
 
@@ -46,7 +46,7 @@ def read_stored_snapshot(table: MemWalTable, details: IndexDetails) -> StoredSna
         data = details.to_proto().inline_snapshots
         where = f"inline in {table.uri} version {details.table_version}"
     elif details.snapshot_ts_millis:
-        path = snapshot_file_path(_writing_commit(table, details).index_uuid)
+        path = region_snapshot_path(_writing_commit(table, details).index_uuid)
         where = table.store.describe(path)
         try:
             data = table.store.read(path)
