@@ -16,7 +16,7 @@ from typing import Any
 
 from memwal_core.errors import BadInputError
 from memwal_core.model.routing import region_spec_of
-from memwal_core.services.ingest.sources import SourceFiles, resolve_sources
+from memwal_core.services.ingest.sources import Ingested, SourceFiles, resolve_sources
 from memwal_core.services.writer import MemWalWriter, WriterOptions
 from memwal_core.table import MemWalTable
 
@@ -53,22 +53,16 @@ class IngestResult:
         return "\n".join(lines)
 
 
-def _write_local(
-    table: MemWalTable, sources: SourceFiles, options: WriterOptions, result: IngestResult
-) -> None:
+def _write_local(table: MemWalTable, sources: SourceFiles, options: WriterOptions) -> Ingested:
     """Check every file, then stream them through one writer."""
     schema = table.schema
-    for path in sources.files:
-        for rows in sources.read(path, schema):
-            result.rows_read += rows.num_rows
-    if result.rows_read == 0:
+    rows_read = sum(rows.num_rows for path in sources.files for rows in sources.read(path, schema))
+    if rows_read == 0:
         raise BadInputError(f"the sources hold no rows ({len(sources.files)} file(s))")
     with MemWalWriter(table.uri, table.storage_options, options=options) as writer:
-        result.rows_written = writer.put_all(
-            rows for path in sources.files for rows in sources.read(path, schema)
-        )
-    for region, stats in writer.stats().items():
-        result.regions[region] = int(stats["rows_put"])
+        rows_written = writer.put_all(rows for path in sources.files for rows in sources.read(path, schema))
+    regions = {region: int(stats["rows_put"]) for region, stats in writer.stats().items()}
+    return Ingested(rows_read, rows_written, regions)
 
 
 def ingest(
@@ -92,12 +86,18 @@ def ingest(
         raise BadInputError(f"table {table.uri} has manually managed regions: ingestion needs a region spec")
     sources = resolve_sources(paths, fmt, table.storage_options if source_options is None else source_options)
     options = writer_options or WriterOptions()
-    result = IngestResult(table=table.uri, engine=engine, files=len(sources.files))
     if engine == "local":
-        _write_local(table, sources, options, result)
+        done = _write_local(table, sources, options)
     else:
         from memwal_core.services.ingest.spark_job import write_spark
 
-        write_spark(table, sources, options, result, master=spark_master)
-    result.seconds = time.monotonic() - started
-    return result
+        done = write_spark(table, sources, options, master=spark_master)
+    return IngestResult(
+        table=table.uri,
+        engine=engine,
+        files=len(sources.files),
+        rows_read=done.rows_read,
+        rows_written=done.rows_written,
+        regions=done.regions,
+        seconds=time.monotonic() - started,
+    )

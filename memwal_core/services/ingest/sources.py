@@ -33,6 +33,15 @@ _EXTENSIONS = {
 BATCH_ROWS = 65_536
 
 
+@dataclass(frozen=True)
+class Ingested:
+    """What an engine read from the sources and wrote, per region; the service builds its result from it."""
+
+    rows_read: int
+    rows_written: int
+    regions: dict[str, int]
+
+
 def _s3fs(options: Mapping[str, str]) -> Any:
     """An s3fs filesystem from Lance-style storage options (credentials stay in the options)."""
     import s3fs

@@ -17,23 +17,20 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import pyarrow as pa
 
 from memwal_core.errors import BadInputError, MemwalError, SparkIngestError
 from memwal_core.format.naming import STAGING_DIR
 from memwal_core.model.routing import region_spec_of
-from memwal_core.services.ingest.sources import SourceFiles
+from memwal_core.services.ingest.sources import Ingested, SourceFiles
 from memwal_core.services.staging import stage, unstage_batches
 from memwal_core.services.writer import MemWalWriter, WriterOptions
 from memwal_core.spark_session import executor_error, executor_memwal_error, spark_session
 from memwal_core.storage.limits import with_lance_defaults
 from memwal_core.storage.object_store import absolute_uri
 from memwal_core.table import MemWalTable
-
-if TYPE_CHECKING:
-    from memwal_core.services.ingest.service import IngestResult
 
 # What the tasks return: as Spark declares it, and as the task builds it.
 STAGED_SCHEMA = "file long, region binary, path string, rows long"
@@ -102,11 +99,10 @@ def write_spark(
     table: MemWalTable,
     sources: SourceFiles,
     writer_options: WriterOptions,
-    result: IngestResult,
     *,
     master: str | None = None,
-) -> None:
-    """Run both stages on Spark and fill `result`; the staged parts are removed either way."""
+) -> Ingested:
+    """Run both stages on Spark; the staged parts are removed either way."""
     uri = absolute_uri(table.uri)
     options = table.storage_options.as_dict()
     schema = table.schema
@@ -124,8 +120,8 @@ def write_spark(
                 .to_pylist()
             )
         )
-        result.rows_read = sum(s["rows"] for s in staged)
-        if result.rows_read == 0:
+        rows_read = sum(s["rows"] for s in staged)
+        if rows_read == 0:
             raise BadInputError(f"the sources hold no rows ({len(sources.files)} file(s))")
         by_region: dict[bytes, list[str]] = {}
         for part in sorted(staged, key=lambda s: s["file"]):  # file order: a later file's row wins
@@ -141,9 +137,10 @@ def write_spark(
                 .to_pylist()
             )
         )
+        regions: dict[str, int] = {}
         for row in rows:
-            result.regions[row["region"]] = result.regions.get(row["region"], 0) + row["rows"]
-        result.rows_written = sum(result.regions.values())
+            regions[row["region"]] = regions.get(row["region"], 0) + row["rows"]
+        return Ingested(rows_read, sum(regions.values()), regions)
     finally:
         table.store.delete_tree(run_dir)
 
