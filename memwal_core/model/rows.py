@@ -51,17 +51,26 @@ def _cast(column: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
 
 
 def conform(
-    rows: pa.Table, schema: pa.Schema, *, required: Sequence[str] | None = None, what: str = "rows"
+    rows: pa.Table,
+    schema: pa.Schema,
+    *,
+    required: Sequence[str] | None = None,
+    drop_extra: bool = False,
+    what: str = "rows",
 ) -> pa.Table:
     """`rows` cast to `schema` (column order and types), or SchemaError naming the first bad column.
 
-    With `required`, only those columns must be present and only they are
-    kept (deletes need just the key); otherwise every schema column must be.
-    Non-nullable columns, the primary key among them, must hold no nulls.
+    The one rule for rows entering a table, whether a caller's puts or a
+    merge's collapsed generations: only safe casts (no overflow, no lost
+    precision), and no nulls in a non-nullable column, the primary key among
+    them. With `required`, only those columns must be present and only they
+    are kept (deletes need just the key); otherwise every schema column must
+    be. Columns the schema lacks are refused, or dropped with `drop_extra`
+    (a generation's tombstone, a staged part's region).
     """
     names = list(required) if required is not None else schema.names
     extra = [n for n in rows.column_names if n not in schema.names]
-    if extra and required is None:
+    if extra and required is None and not drop_extra:
         raise SchemaError(f"{what}: column {extra[0]} is not in the table schema")
     for name in names:
         if name not in rows.column_names:

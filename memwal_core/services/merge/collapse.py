@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_core.errors import CorruptMetadataError, MemwalError, NotFoundError, SchemaError, first_line
+from memwal_core.model.rows import conform
 from memwal_core.services.merge.plan import GenerationSource, RegionMergePlan
 from memwal_core.storage.limits import with_lance_defaults
 
@@ -85,35 +86,14 @@ def read_generation(
         ) from exc
 
 
-def conform(rows: pa.Table, base_schema: pa.Schema, *, what: str, cast: bool = False) -> pa.Table:
-    """Rows with exactly the base table's columns, order, types and field metadata.
-
-    With `cast`, columns whose type changed on the way through another engine
-    (Spark turns fixed-size lists into lists, strings into large strings) are
-    cast back; without it a type difference is schema drift.
-    """
-    missing = [name for name in base_schema.names if name not in rows.column_names]
-    if missing:
-        raise SchemaError(f"{what} lacks column {missing[0]!r} of the base table (schema drift)")
-    columns = []
-    for f in base_schema:
-        column = rows.column(f.name)
-        if column.type != f.type and cast:
-            column = column.cast(f.type)
-        if column.type != f.type:
-            raise SchemaError(f"{what} has column {f.name!r} of type {column.type}, the base table {f.type}")
-        columns.append(column)
-    return pa.Table.from_arrays(columns, schema=base_schema)
-
-
 def split(
-    rows: pa.Table, primary_key: Sequence[str], base_schema: pa.Schema, *, what: str, cast: bool = False
+    rows: pa.Table, primary_key: Sequence[str], base_schema: pa.Schema, *, what: str
 ) -> tuple[pa.Table, pa.Table]:
     """Split collapsed rows into live rows (base schema) and deleted keys."""
     if TOMBSTONE not in rows.column_names:
         raise SchemaError(f"{what} has no {TOMBSTONE} column; it is not a MemWAL flushed generation")
     tomb = pc.fill_null(rows.column(TOMBSTONE), False)
-    live = conform(rows.filter(pc.invert(tomb)), base_schema, what=what, cast=cast)
+    live = conform(rows.filter(pc.invert(tomb)), base_schema, drop_extra=True, what=what)
     deleted = rows.filter(tomb).select(list(primary_key))
     return live, deleted
 

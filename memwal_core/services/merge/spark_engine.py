@@ -37,13 +37,13 @@ import pyarrow.compute as pc
 
 from memwal_core.errors import BadInputError, MemwalError, SparkMergeError
 from memwal_core.format.naming import STAGING_DIR
+from memwal_core.model.rows import conform
 from memwal_core.services.merge.collapse import (
     REGION_COLUMN,
     REGION_THREADS,
     CollapseUnit,
     RegionCollapse,
     collapse_unit,
-    conform,
     plain_keys,
     with_region,
 )
@@ -264,7 +264,7 @@ class StagedCollapse:
             for batch in unstage_batches(path, self.storage_options):
                 rows = self._only(pa.Table.from_batches([batch]), regions)
                 if rows.num_rows:
-                    yield from conform(rows, self.base_schema, what=path, cast=True).to_batches()
+                    yield from conform(rows, self.base_schema, drop_extra=True, what=path).to_batches()
 
     def deleted_keys(self, regions: Set[str]) -> pa.Table:
         tables = [
