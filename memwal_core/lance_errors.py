@@ -3,9 +3,10 @@
 pylance 14 raises OSError, ValueError or RuntimeError for nearly every
 failure: only the text tells a stale merge from a fenced writer or an
 unreachable store. Each text memwal relies on is named here, once, and
-tests/unit/test_lance_errors.py provokes it from real Lance where it can be
-provoked, so a Lance upgrade that rewords one fails that named test instead of
-a merge in production.
+tests/unit/test_lance_errors.py (and, for the lost response, which needs an
+object store, tests/test_lance_errors_s3.py) provokes each from real Lance, so
+a Lance upgrade that rewords one fails that named test instead of a merge in
+production.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ RETRIES_EXHAUSTED = "Too many concurrent writers"
 INCOMPATIBLE_TRANSACTION = "Incompatible transaction"
 # Another writer claimed the region: "Writer fenced (peer claimed epoch)", "writer was fenced during open".
 FENCED = "fenced"
-# A WAL write whose response was lost, found applied on retry: "WAL position N was taken after a failed PUT".
+# A WAL write whose response was lost, found applied on retry: "Writer fenced (persistence failure):
+# WAL position N for shard ... was taken after a failed PUT".
 LOST_WAL_PUT = "failed PUT"
-# Lance 14 can leave a WAL generation fuller than the writer's own MemTable limit (a PUT whose
-# response was lost, then retried); replaying it then refuses the region with this text, forever.
+# A claim whose replay of the region's WAL overflows its MemTable limits: "WAL entry at position N
+# continues generation G past what the memtable replaying it can hold" (the WAL was written under
+# larger limits, or by a PUT whose response was lost and was retried); it fails every claim with them.
 OVERFULL_REPLAY = "past what the memtable replaying it can hold"
 # Lance's prefix of an InvalidInput error: the writer refused the rows (a stale merge carries it too).
 INVALID_INPUT = "Invalid user input"
@@ -100,7 +103,12 @@ def open_failure(exc: BaseException) -> OpenFailure:
 
 
 def write_failure(exc: BaseException) -> WriteFailure:
-    """What failed a native writer's call: the first kind, in this order, whose text the error carries."""
+    """What failed a native writer's call: the first kind, in this order, whose text the error carries.
+
+    A lost response comes before fencing: Lance words it "Writer fenced
+    (persistence failure): ... taken after a failed PUT", but no other writer
+    claimed the region, and the next call may re-open it.
+    """
     text = str(exc)
     if LOST_WAL_PUT in text:
         return WriteFailure.LOST_RESPONSE

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -89,6 +90,56 @@ def log_tail(path: Path, lines: int = 40) -> str:
     except OSError as exc:
         return f"<cannot read {path}: {exc}>"
     return "\n".join(text.splitlines()[-lines:])
+
+
+class InProcessListener:
+    """A TCP listener on 127.0.0.1 whose connections one thread accepts and `serve` handles.
+
+    For fake endpoints that live in the test process (no server binary):
+    `close()` releases the port and every connection `hold` was given.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._held: list[socket.socket] = []
+        self._listener = socket.create_server((LOOPBACK, 0), backlog=512)
+        self.port: int = self._listener.getsockname()[1]
+        self._thread = threading.Thread(target=self._accept, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def hold(self, connection: socket.socket) -> None:
+        """Keep `connection` until `close()`."""
+        self._held.append(connection)
+
+    def serve(self, connection: socket.socket) -> None:
+        """Handle a new connection without blocking the accept loop; this one holds it, silent."""
+        self.hold(connection)
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):  # the listener was closed
+            while True:
+                connection, _ = self._listener.accept()
+                self.serve(connection)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):  # wakes the thread blocked in accept(); close() alone does not
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        for connection in self._held:
+            with contextlib.suppress(OSError):
+                connection.close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 class EarlyExit(Exception):

@@ -1,14 +1,13 @@
 """Each Lance error text memwal acts on, provoked from real Lance (pylance 14) and classified.
 
 A Lance upgrade that rewords one of these texts fails the test named after it.
-Not provoked here: the lost-response text of a WAL write and the overfull WAL
-replay, which need an object store that loses a PUT's response.
+The lost response of a WAL write needs an object store that loses it: see
+tests/test_lance_errors_s3.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import socket
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,9 +22,10 @@ from memwal_core.errors import DeleteConflictError, FencedError, StaleMergeError
 from memwal_core.format.naming import table_manifest_name
 from memwal_core.lance_errors import OpenFailure, WriteFailure
 from memwal_core.services.merge.commit import commit_region, delete_fenced
-from memwal_core.services.writer import _native_error
+from memwal_core.services.writer import MemWalWriter, _native_error
 from memwal_core.table import MemWalTable
 from tests.support.model import KEYED_SCHEMA, ModelTable
+from tests.support.service import free_ports
 from tests.support.silent import SilentEndpoint
 
 
@@ -109,6 +109,23 @@ def test_writer_fenced(table: ModelTable) -> None:
     assert isinstance(_native_error(region, fenced), FencedError)
 
 
+def test_overfull_replay(tmp_path: Path, table: ModelTable) -> None:
+    """A claim whose replay of the region's WAL overflows its MemTable limits; memwal replays it once."""
+    region = str(uuid.uuid4())
+    first = table.dataset().mem_wal_writer(region)  # Lance's default limits
+    first.put(rows(*range(100, 140)))
+    first.put(rows(*range(140, 180)))  # a second WAL entry of the same generation: 80 rows in all
+    try:
+        overfull = raised(lambda: table.dataset().mem_wal_writer(region, max_memtable_rows=50))
+    finally:
+        with contextlib.suppress(OSError, RuntimeError, ValueError):
+            first.close()
+    assert lance_errors.is_overfull_replay(overfull), overfull
+    assert lance_errors.write_failure(overfull) is WriteFailure.STORAGE
+    with MemWalWriter(table.uri, region=region, max_memtable_rows=50) as writer:
+        assert writer.claim() == region
+
+
 def test_invalid_user_input(table: ModelTable) -> None:
     """Rows whose types differ from the table's, past memwal's own checks, reach Lance's writer."""
     wrong = pa.table({"id": pa.array([1], pa.int32()), "v": ["x"]})
@@ -155,8 +172,7 @@ def s3_options(endpoint: str, **extra: str) -> dict[str, str]:
 @pytest.fixture
 def closed_port() -> int:
     """A loopback port nothing listens on."""
-    with socket.create_server(("127.0.0.1", 0)) as probe:
-        return int(probe.getsockname()[1])
+    return free_ports(1)[0]
 
 
 @pytest.fixture
