@@ -189,7 +189,11 @@ def test_bad_rows_are_refused_before_anything_is_written(tmp_path: Path, data: A
     ("lance_message", "error"),
     [
         ("Writer fenced (peer claimed epoch): local epoch 1 < stored epoch 2 for shard x", FencedError),
-        ("LanceError(IO): WAL position 12 was taken after a failed PUT (response lost)", UncertainWriteError),
+        (
+            "Writer fenced (persistence failure): WAL position 12 for shard x was taken after a failed PUT; "
+            "in-memory state may diverge from the durable WAL, reopen to replay",
+            UncertainWriteError,
+        ),
         ("Invalid user input: batch 0 does not match the base table schema", BadInputError),
         ("LanceError(IO): connection reset by peer", StorageError),
     ],
