@@ -20,6 +20,7 @@ from typing import Any
 from memwal_core.errors import BadInputError, CorruptMetadataError, MemwalError, NotFoundError
 from memwal_core.format.naming import MEM_WAL_DIR
 from memwal_core.format.regions import RegionManifest
+from memwal_core.services.result import Failure
 from memwal_core.storage.object_store import absolute_uri
 from memwal_core.table import MemWalTable
 
@@ -85,20 +86,6 @@ class RegionMergePlan:
 
 
 @dataclass(frozen=True)
-class RegionFailure:
-    """A region that could not be planned or merged, and why (one line)."""
-
-    region: str
-    error: str
-    exit_code: int = 1
-
-    @property
-    def message(self) -> str:
-        """The error as one line that names the region (most errors already do, in their object's path)."""
-        return self.error if self.region in self.error else f"region {self.region}: {self.error}"
-
-
-@dataclass(frozen=True)
 class MergePlan:
     """Everything a merge needs, read at one table version."""
 
@@ -106,7 +93,7 @@ class MergePlan:
     table_version: int
     primary_key: tuple[str, ...]
     regions: tuple[RegionMergePlan, ...]
-    failures: tuple[RegionFailure, ...] = ()
+    failures: tuple[Failure, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -176,7 +163,7 @@ def plan_merge(
         if unknown:
             raise NotFoundError(f"table {table.uri} has no region {unknown[0]}")
     plans: list[RegionMergePlan] = []
-    failures: list[RegionFailure] = []
+    failures: list[Failure] = []
     ids = wanted if wanted is not None else table.region_ids()
 
     def plan_one(region: str) -> RegionMergePlan | MemwalError | None:
@@ -191,7 +178,7 @@ def plan_merge(
 
     for region, outcome in sorted(zip(ids, table.store.map(plan_one, ids), strict=True)):
         if isinstance(outcome, MemwalError):
-            failures.append(RegionFailure(region, str(outcome), outcome.exit_code))
+            failures.append(Failure.of(outcome, region))
         elif outcome is not None:
             plans.append(outcome)
     return MergePlan(table.uri, dataset.version, primary_key, tuple(measured(table, plans)), tuple(failures))
