@@ -42,10 +42,10 @@ import re
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, ConfigDict, ValidationError, field_validator
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
@@ -64,6 +64,17 @@ T = TypeVar("T")
 def _invalid(message: str) -> PydanticCustomError:
     """A check's message as pydantic reports it, with the key in front and nothing added."""
     return PydanticCustomError("memwal", message)
+
+
+def at_least(minimum: int) -> Callable[[int], int]:
+    """A check that a count is `minimum` or more."""
+
+    def check(count: int) -> int:
+        if count < minimum:
+            raise _invalid(f"must be at least {minimum}, not {count}")
+        return count
+
+    return check
 
 
 # Strict: a YAML value of the wrong type is refused, never converted (`"5"` is no interval).
@@ -90,9 +101,9 @@ class TableConfig:
     gc_grace_seconds: float = DEFAULT_GRACE_SECONDS
     max_gc_backlog_generations: int = 256
     compaction_cron: str = "15 */6 * * *"
-    compaction_fragment_threshold: int = 64
+    compaction_fragment_threshold: Annotated[int, AfterValidator(at_least(2))] = 64
     compaction_target_rows: int = DEFAULT_TARGET_ROWS
-    compaction_max_tasks: int = 8
+    compaction_max_tasks: Annotated[int, AfterValidator(at_least(1))] = 8
     retention_cron: str = "30 3 * * *"
     retain_older_than: str = "7d"
     retain_keep_versions: int | None = None
@@ -142,20 +153,6 @@ class TableConfig:
         if not 0 <= seconds < math.inf:
             raise _invalid("must be a number >= 0")
         return seconds
-
-    @field_validator("compaction_fragment_threshold")
-    @classmethod
-    def _fragment_threshold(cls, count: int) -> int:
-        if count < 2:
-            raise _invalid(f"must be at least 2, not {count}")
-        return count
-
-    @field_validator("compaction_max_tasks")
-    @classmethod
-    def _max_tasks(cls, count: int) -> int:
-        if count < 1:
-            raise _invalid(f"must be at least 1, not {count}")
-        return count
 
     def gc_policy(self) -> GcPolicy:
         return GcPolicy(grace_seconds=self.gc_grace_seconds)
