@@ -65,9 +65,12 @@ class MemWalResource(ConfigurableResource):  # type: ignore[type-arg]
             return StorageOptions()
         raw = os.environ.get(variable, "")
         try:
-            return StorageOptions.checked(json.loads(raw) if raw else {})
+            values = json.loads(raw) if raw else {}
         except ValueError:
-            raise BadInputError(f"{variable} does not hold a JSON object") from None
+            values = None
+        if not isinstance(values, dict):
+            raise BadInputError(f"{variable} does not hold a JSON object")
+        return StorageOptions.checked(values)
 
     def open(self, name: str) -> MemWalTable:
         return MemWalTable.open(self.location(name).uri, self.storage_options(name))
