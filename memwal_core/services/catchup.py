@@ -87,7 +87,8 @@ class CatchupPlan:
     indexes: tuple[IndexCatchupPlan, ...]
     missing: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
+        """What a dry run shows of it (the `plan` of `catchup --dry-run --json`): each index's lag."""
         return {
             "table": self.table_uri,
             "table_version": self.table_version,
@@ -125,7 +126,7 @@ class CatchupResult(ServiceResult):
     def computed_json(self) -> dict[str, Any]:
         payload: dict[str, Any] = {"missing_indexes": list(self.plan.missing) if self.plan else []}
         if self.dry_run and self.plan is not None:
-            payload["plan"] = self.plan.to_json()
+            payload["plan"] = self.plan.summary()
         return payload
 
 

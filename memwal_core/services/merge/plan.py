@@ -20,7 +20,7 @@ from typing import Any
 from memwal_core.errors import BadInputError, CorruptMetadataError, MemwalError, NotFoundError
 from memwal_core.format.naming import MEM_WAL_DIR
 from memwal_core.format.regions import RegionManifest
-from memwal_core.services.result import Failure
+from memwal_core.services.result import Failure, to_jsonable
 from memwal_core.storage.object_store import absolute_uri
 from memwal_core.table import MemWalTable
 
@@ -76,7 +76,8 @@ class RegionMergePlan:
         rest = tuple(g for g in self.generations if g.generation > merged)
         return replace(self, merged_before=merged, generations=rest) if rest else None
 
-    def to_json(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
+        """What a dry run shows of it: generation numbers, not their sources."""
         return {
             "region": self.region,
             "merged_generation": self.merged_before,
@@ -95,13 +96,14 @@ class MergePlan:
     regions: tuple[RegionMergePlan, ...]
     failures: tuple[Failure, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
+        """What a dry run shows of it (the `plan` of `merge --dry-run --json`)."""
         return {
             "table": self.table_uri,
             "table_version": self.table_version,
             "primary_key": list(self.primary_key),
-            "regions": [r.to_json() for r in self.regions],
-            "failures": [{"region": f.region, "error": f.error} for f in self.failures],
+            "regions": [r.summary() for r in self.regions],
+            "failures": to_jsonable(self.failures),
         }
 
 

@@ -87,6 +87,6 @@ class MergeResult(ServiceResult):
             "rows_deleted": sum(b.rows_deleted for b in self.batches),
         }
         if self.dry_run and self.plan is not None:
-            payload["plan"] = self.plan.to_json()
+            payload["plan"] = self.plan.summary()
             payload["batches"] = self.planned_batches
         return payload
