@@ -5,6 +5,13 @@ Without MEMWAL_TABLES the location maintains one table: the README's demo table
 MEMWAL_STORAGE_OPTIONS. Credentials never go in this file: each table names the
 environment variable that holds its storage options.
 
+Every key is typed and checked when the list loads (a strict pydantic model:
+`"5"` is no count and `2.5` no integer; only `name`, `uri` and
+`retain_older_than` read a number as text; unknown keys are refused), with the
+services' own checks for budgets, grace periods and durations, so a bad list
+fails the code location's load, not the first scheduled run. A refusal is one
+line naming the file, the table and the key.
+
 ```yaml
 tables:
   - name: events                 # asset key prefix: letters, digits, underscores
