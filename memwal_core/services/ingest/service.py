@@ -12,49 +12,43 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from memwal_core.errors import BadInputError
 from memwal_core.model.routing import region_spec_of
 from memwal_core.services.ingest.sources import SourceFiles, resolve_sources
+from memwal_core.services.result import ServiceResult
 from memwal_core.services.writer import MemWalWriter, WriterOptions
 from memwal_core.table import MemWalTable
 
 
 @dataclass
-class IngestResult:
-    """What an ingestion read and wrote, per region."""
+class IngestCounts:
+    """What an ingestion has read and written so far, per region (filled in by the local or Spark job)."""
 
-    table: str
-    engine: str
-    files: int
     rows_read: int = 0
     rows_written: int = 0
     regions: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "engine": self.engine,
-            "files": self.files,
-            "rows_read": self.rows_read,
-            "rows_written": self.rows_written,
-            "regions": [{"region": r, "rows": n} for r, n in sorted(self.regions.items())],
-            "seconds": round(self.seconds, 3),
-        }
 
-    def to_text(self) -> str:
-        lines = [
-            f"ingested {self.rows_written:,} row(s) from {self.files} file(s) into "
-            f"{len(self.regions)} region(s) of {self.table} ({self.engine}, {self.seconds:.1f} s)"
-        ]
-        lines += [f"  {region}  {rows:,} row(s)" for region, rows in sorted(self.regions.items())]
-        return "\n".join(lines)
+@dataclass(frozen=True)
+class RegionRows:
+    region: str
+    rows: int
+
+
+@dataclass(frozen=True)
+class IngestResult(ServiceResult):
+    """What an ingestion read and wrote, per region; rows go to the regions' WALs, so no table version."""
+
+    engine: str
+    files: int
+    rows_read: int
+    rows_written: int
+    regions: list[RegionRows]
 
 
 def _write_local(
-    table: MemWalTable, sources: SourceFiles, options: WriterOptions, result: IngestResult
+    table: MemWalTable, sources: SourceFiles, options: WriterOptions, result: IngestCounts
 ) -> None:
     """Check every file, then stream them through one writer."""
     schema = table.schema
@@ -92,12 +86,20 @@ def ingest(
         raise BadInputError(f"table {table.uri} has manually managed regions: ingestion needs a region spec")
     sources = resolve_sources(paths, fmt, table.storage_options if source_options is None else source_options)
     options = writer_options or WriterOptions()
-    result = IngestResult(table=table.uri, engine=engine, files=len(sources.files))
+    counts = IngestCounts()
     if engine == "local":
-        _write_local(table, sources, options, result)
+        _write_local(table, sources, options, counts)
     else:
         from memwal_core.services.ingest.spark_job import write_spark
 
-        write_spark(table, sources, options, result, master=spark_master)
-    result.seconds = time.monotonic() - started
-    return result
+        write_spark(table, sources, options, counts, master=spark_master)
+    return IngestResult(
+        table=table.uri,
+        read_version=table.latest.version,
+        seconds=time.monotonic() - started,
+        engine=engine,
+        files=len(sources.files),
+        rows_read=counts.rows_read,
+        rows_written=counts.rows_written,
+        regions=[RegionRows(region, rows) for region, rows in sorted(counts.regions.items())],
+    )

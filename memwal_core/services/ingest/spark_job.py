@@ -32,7 +32,7 @@ from memwal_core.storage.object_store import absolute_uri
 from memwal_core.table import MemWalTable
 
 if TYPE_CHECKING:
-    from memwal_core.services.ingest.service import IngestResult
+    from memwal_core.services.ingest.service import IngestCounts
 
 # What the tasks return: as Spark declares it, and as the task builds it.
 STAGED_SCHEMA = "file long, region binary, path string, rows long"
@@ -105,7 +105,7 @@ def write_spark(
     table: MemWalTable,
     sources: SourceFiles,
     writer_options: WriterOptions,
-    result: IngestResult,
+    result: IngestCounts,
     *,
     master: str | None = None,
 ) -> None:
