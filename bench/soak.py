@@ -686,7 +686,7 @@ def drain(table: MemWalTable) -> Counter[str]:
         result = merge(table)
         counts["commits"] += len(result.regions)
         counts["merged"] += sum(len(r.merged_generations) for r in result.regions)
-        if not any(r.generations for r in plan_read(table).regions) and not result.busy:
+        if not any(r.generations for r in plan_read(table).regions) and not result.busy_regions:
             break
         time.sleep(0.5)
     catchup(table)

@@ -228,14 +228,14 @@ def _catchup(table: Any, args: argparse.Namespace) -> dict[str, Any]:
     from memwal_core.services.catchup import catchup
 
     result = catchup(table)
-    return {"table_version": result.table_version}
+    return {"table_version": result.version_after}
 
 
 def _snapshot(table: Any, args: argparse.Namespace) -> dict[str, Any]:
     from memwal_core.services.snapshot.service import build_snapshot
 
     result = build_snapshot(table)
-    return {"table_version": result.table_version, "repairs": len(result.repairs)}
+    return {"table_version": result.version_after, "repairs": len(result.progress_repairs)}
 
 
 def _gc(table: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -247,7 +247,7 @@ def _gc(table: Any, args: argparse.Namespace) -> dict[str, Any]:
     kept = retain(table, older_than=timedelta(seconds=args.retain_seconds), force=True)
     result = gc(table, dry_run=False, policy=GcPolicy(grace_seconds=args.grace_seconds)).to_json()
     return {
-        "versions_removed": len(kept.removed_versions),
+        "versions_removed": len(kept.removed),
         "deleted": len(result["deleted"]),
         "wal_deleted": result["wal_entries"]["deleted"],
         "manifests_deleted": result["manifest_versions_deleted"],

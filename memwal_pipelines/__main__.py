@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from memwal_core.cli.render import render
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import MemwalError
 from memwal_core.services.status import status
@@ -86,14 +87,14 @@ def run_once(table: TableConfig, *, verbose: bool = False) -> list[str]:
     """Every job of `table` once, in order; returns one line per run."""
     from dagster import DagsterInstance, SensorResult, build_sensor_context
 
-    from memwal_pipelines.assets import TableKeys
     from memwal_pipelines.definitions import build_definitions
+    from memwal_pipelines.keys import TableKeys
 
     keys = TableKeys(table)
     definitions = build_definitions([table])
     instance = DagsterInstance.get()
     sensor = definitions.resolve_sensor_def(f"{table.name}_flushed_generations")
-    with build_sensor_context(instance=instance) as context:
+    with build_sensor_context(instance=instance, resources=definitions.resources) as context:
         tick = sensor(context)
     assert isinstance(tick, SensorResult)
     for request in tick.dynamic_partitions_requests or []:
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         ):
             print(line)
         with MemWalTable.open(args.table) as table:
-            print(status(table).to_text())
+            print(render(status(table)))
     except MemwalError as exc:
         print(f"memwal demo: error: {exc}", file=sys.stderr)
         return exc.exit_code

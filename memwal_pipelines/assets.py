@@ -27,11 +27,9 @@ versions over time.
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from dagster import (
-    AssetCheckKey,
     AssetExecutionContext,
     AssetKey,
     AssetMaterialization,
@@ -40,30 +38,36 @@ from dagster import (
     AssetSpec,
     BackfillPolicy,
     BetaWarning,
-    DynamicPartitionsDefinition,
     Failure,
     MaterializeResult,
     MetadataValue,
-    OpExecutionContext,
     Output,
     RetryRequested,
     asset,
 )
 
+from memwal_core.cli.render import render
 from memwal_core.errors import MemwalError
 from memwal_core.services.backlog import RegionBacklog, TableBacklog, backlog
-from memwal_core.services.catchup import catchup
-from memwal_core.services.compact import LocalCompactionEngine, SparkCompactionEngine, compact
+from memwal_core.services.catchup import CatchupResult, catchup
+from memwal_core.services.compact import (
+    CompactionResult,
+    LocalCompactionEngine,
+    SparkCompactionEngine,
+    compact,
+)
 from memwal_core.services.gc import rules
-from memwal_core.services.gc.service import gc
+from memwal_core.services.gc.service import GcResult, gc
 from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.result import MergeResult
 from memwal_core.services.merge.service import merge
-from memwal_core.services.retain import parse_duration, retain
+from memwal_core.services.result import ServiceResult
+from memwal_core.services.retain import RetentionResult, parse_duration, retain
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status_and_backlog
 from memwal_core.table import MemWalTable
-from memwal_pipelines.config import TableConfig
+from memwal_pipelines.keys import TableKeys
+from memwal_pipelines.resources import MemWalResource
 from memwal_pipelines.status_view import StatusView
 
 # A merge run is a single-run backfill over many region partitions: Dagster marks the
@@ -76,71 +80,13 @@ BUSY_RETRIES = 10
 # Items kept per list in a result's JSON metadata: GC or status over many regions list thousands.
 METADATA_LIST_LIMIT = 50
 
-
-@dataclass(frozen=True)
-class TableKeys:
-    """Asset keys, partitions and resource keys of one table."""
-
-    table: TableConfig
-
-    @property
-    def regions_name(self) -> str:
-        return f"{self.table.name}_regions"
-
-    @property
-    def regions(self) -> DynamicPartitionsDefinition:
-        return DynamicPartitionsDefinition(name=self.regions_name)
-
-    def key(self, name: str) -> AssetKey:
-        return AssetKey([self.table.name, name])
-
-    @property
-    def flushed(self) -> AssetKey:
-        return self.key("flushed_generations")
-
-    @property
-    def base(self) -> AssetKey:
-        return self.key("base_table")
-
-    @property
-    def indexes(self) -> AssetKey:
-        return self.key("indexes")
-
-    @property
-    def snapshot(self) -> AssetKey:
-        return self.key("region_snapshot")
-
-    @property
-    def status(self) -> AssetKey:
-        return self.key("status")
-
-    @property
-    def compaction(self) -> AssetKey:
-        return self.key("compaction")
-
-    @property
-    def retention(self) -> AssetKey:
-        return self.key("retention")
-
-    @property
-    def gc_report(self) -> AssetKey:
-        return self.key("gc_report")
-
-    @property
-    def consistency_check(self) -> AssetCheckKey:
-        """The blocking check GC waits for."""
-        return AssetCheckKey(self.base, "lsm_consistency")
-
-    @property
-    def table_resource(self) -> str:
-        return f"{self.table.name}_table"
-
-    @property
-    def spark_resource(self) -> str:
-        return f"{self.table.name}_spark"
+R = TypeVar("R")
+Outcome = TypeVar("Outcome")
+# A result and the figures its asset adds to the result's own numbers.
+Report = tuple[ServiceResult, dict[str, Any]]
 
 
-def service_metadata(result: Any, **extra: Any) -> dict[str, Any]:
+def service_metadata(result: ServiceResult, **extra: Any) -> dict[str, Any]:
     """A service result as metadata: its top-level numbers (plotted by the UI) and its JSON.
 
     Lists in the JSON keep their first METADATA_LIST_LIMIT items: metadata is stored
@@ -152,36 +98,34 @@ def service_metadata(result: Any, **extra: Any) -> dict[str, Any]:
     return {**numbers, **extra, "result": MetadataValue.json(shown)}
 
 
-def on_table(
-    context: AssetExecutionContext | OpExecutionContext, keys: TableKeys, run: Callable[[MemWalTable], Any]
-) -> Any:
-    """Open the table from its resource and run one service; memwal's errors become a one-line Failure."""
+def on_table(memwal: MemWalResource, keys: TableKeys, run: Callable[[MemWalTable], R]) -> R:
+    """Open the table from the resource and run one service; memwal's errors become a one-line Failure."""
     try:
-        with getattr(context.resources, keys.table_resource).open() as opened:
+        with memwal.open(keys.table.name) as opened:
             return run(opened)
     except MemwalError as exc:
         raise Failure(description=str(exc), metadata={"error": type(exc).__name__}) from exc
 
 
-ServiceRun = Callable[[AssetExecutionContext, MemWalTable], Any]
+def failed_step(result: ServiceResult, metadata: Mapping[str, Any] | None = None) -> Failure | None:
+    """The step failure a result calls for: the regions that failed while the rest went on, if any."""
+    if not result.failures:
+        return None
+    shown = "; ".join(f.message for f in result.failures[:3])
+    return Failure(description=f"{len(result.failures)} region(s) failed: {shown}", metadata=metadata)
 
 
-def _plain(service: Callable[[MemWalTable], Any]) -> ServiceRun:
-    """A service that needs nothing but the table."""
-    return lambda _context, opened: service(opened)
-
-
-def _spark_session(context: AssetExecutionContext, keys: TableKeys) -> Any:
-    """The run's SparkSession from the lazy resource (started on first use)."""
-    return getattr(context.resources, keys.spark_resource).spark_session
+def plain_report(result: ServiceResult) -> Report:
+    """A result whose own numbers are all its asset shows."""
+    return result, {}
 
 
 def _service_asset(
     keys: TableKeys,
     key: AssetKey,
     description: str,
-    run: ServiceRun,
-    extra: Callable[[Any], dict[str, Any]],
+    run: Callable[[MemWalResource, MemWalTable], Outcome],
+    report: Callable[[Outcome], Report],
     *,
     deps: Sequence[AssetKey] = (),
     spark: bool = False,
@@ -191,30 +135,29 @@ def _service_asset(
     A result that reports failures (GC: a region it could not finish) fails the
     step, still carrying its metadata, so the run shows red and is retried.
     """
-    resource_keys = {keys.table_resource, keys.spark_resource} if spark else {keys.table_resource}
 
     @asset(
         key=key,
         deps=[keys.base, *deps],
         group_name=keys.table.name,
         kinds={"lance", "spark"} if spark and keys.table.merge_engine == "spark" else {"lance"},
-        required_resource_keys=resource_keys,
         description=description,
     )
-    def service(context: AssetExecutionContext) -> MaterializeResult:  # type: ignore[type-arg]
-        result = on_table(context, keys, lambda opened: run(context, opened))
-        context.log.info(result.to_text())
-        metadata = service_metadata(result, **extra(result))
-        failures = getattr(result, "failures", None)
-        if failures:
-            raise Failure(description=f"region {failures[0].region}: {failures[0].error}", metadata=metadata)
+    def service(context: AssetExecutionContext, memwal: MemWalResource) -> MaterializeResult:  # type: ignore[type-arg]
+        result, figures = report(on_table(memwal, keys, lambda opened: run(memwal, opened)))
+        context.log.info(render(result))
+        metadata = service_metadata(result, **figures)
+        failure = failed_step(result, metadata)
+        if failure is not None:
+            raise failure
         return MaterializeResult(metadata=metadata)
 
     return service
 
 
-def _max_lag_after(result: Any) -> dict[str, Any]:
-    return {"max_lag_after": max((max(i.lag_after.values(), default=0) for i in result.indexes), default=0)}
+def _catchup_report(result: CatchupResult) -> Report:
+    lags = (max(i.lag_after.values(), default=0) for i in result.indexes)
+    return result, {"max_lag_after": max(lags, default=0)}
 
 
 KEPT_REASONS = (
@@ -226,7 +169,7 @@ KEPT_REASONS = (
 )
 
 
-def gc_figures(result: Any) -> dict[str, Any]:
+def gc_figures(result: GcResult) -> dict[str, Any]:
     """What a GC run (or dry run) did, as plottable numbers; every kept reason always present."""
     payload = result.to_json()
     kept = Counter(k["reason"] for k in payload["kept"])
@@ -235,12 +178,11 @@ def gc_figures(result: Any) -> dict[str, Any]:
         "generations_pruned": len(payload["pruned"]),
         "wal_entries_deleted": payload["wal_entries"]["deleted"],
         **{f"kept_{reason}": kept[reason] for reason in KEPT_REASONS},
-        "seconds": round(result.seconds_plan + result.seconds_execute, 4),
     }
 
 
-def _compaction_figures(result: Any) -> dict[str, Any]:
-    return {"seconds": round(result.seconds_plan + result.seconds_execute + result.seconds_commit, 4)}
+def _gc_report(result: GcResult) -> Report:
+    return result, gc_figures(result)
 
 
 def region_observation(keys: TableKeys, region: RegionBacklog, read_at: float) -> AssetObservation:
@@ -271,7 +213,13 @@ def status_materialization(keys: TableKeys, view: StatusView) -> AssetMaterializ
     are behind as fresh as the sensor; the snapshot job's schedule alone (every
     15 min, off by default) would show a backlog long after it was merged.
     """
-    return AssetMaterialization(asset_key=keys.status, metadata=service_metadata(view, **view.figures()))
+    return AssetMaterialization(
+        asset_key=keys.status, metadata=service_metadata(view.status, **view.figures())
+    )
+
+
+def _status_report(view: StatusView) -> Report:
+    return view.status, view.figures()
 
 
 def region_figures(result: MergeResult) -> dict[str, dict[str, Any]]:
@@ -315,7 +263,6 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         deps=[keys.flushed],
         group_name=table.name,
         kinds={"lance", "spark"} if table.merge_engine == "spark" else {"lance"},
-        required_resource_keys={keys.table_resource, keys.spark_resource},
         # A run covers many regions (a round); the asset records each region it merged itself.
         backfill_policy=BackfillPolicy.single_run(),
         output_required=False,
@@ -324,14 +271,14 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         description="The base table, per region: pending generations merged in ascending order, "
         "many regions per commit (one merge round per run).",
     )
-    def base_table(context: AssetExecutionContext) -> Iterator[Output[None]]:
+    def base_table(context: AssetExecutionContext, memwal: MemWalResource) -> Iterator[Output[None]]:
         chosen = context.partition_keys
         everything = set(chosen) >= set(context.instance.get_dynamic_partitions(keys.regions_name))
         engine: MergeEngine = LocalEngine()
         if table.merge_engine == "spark":
             from memwal_core.services.merge.spark_engine import SparkEngine
 
-            engine = SparkEngine(_spark_session(context, keys))
+            engine = SparkEngine(memwal.spark_session(table.name))
 
         def merge_round(opened: MemWalTable) -> tuple[MergeResult, TableBacklog]:
             result = merge(
@@ -344,24 +291,24 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
             # The UI shows which regions are behind from these observations: refresh the merged ones.
             return result, backlog(opened, regions=sorted({r.region for r in result.regions}))
 
-        result, after = on_table(context, keys, merge_round)
-        context.log.info(result.to_text())
+        result, after = on_table(memwal, keys, merge_round)
+        context.log.info(render(result))
         for region, figures in region_figures(result).items():
             context.log_event(AssetMaterialization(asset_key=keys.base, partition=region, metadata=figures))
         for region_backlog in after.regions:
             context.log_event(region_observation(keys, region_backlog, after.read_at))
-        if result.failures:
-            failed = ", ".join(f"{f.region}: {f.error}" for f in result.failures[:3])
-            raise Failure(description=f"{len(result.failures)} region(s) failed: {failed}")
-        if result.busy:
-            context.log.info(f"regions {result.busy}: another merger holds them; retrying later")
+        failure = failed_step(result)
+        if failure is not None:
+            raise failure
+        if result.busy_regions:
+            context.log.info(f"regions {result.busy_regions}: another merger holds them; retrying later")
             raise RetryRequested(max_retries=BUSY_RETRIES, seconds_to_wait=BUSY_RETRY_SECONDS)
         yield from ()
 
-    def run_compaction(context: AssetExecutionContext, opened: MemWalTable) -> Any:
+    def run_compaction(memwal: MemWalResource, opened: MemWalTable) -> CompactionResult:
         engine: Any = LocalCompactionEngine()
         if table.merge_engine == "spark":
-            engine = SparkCompactionEngine(_spark_session(context, keys))
+            engine = SparkCompactionEngine(memwal.spark_session(table.name))
         return compact(
             opened,
             engine=engine,
@@ -369,11 +316,11 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
             max_tasks=table.compaction_max_tasks,
         )
 
-    def run_retention(_context: AssetExecutionContext, opened: MemWalTable) -> Any:
+    def run_retention(_memwal: MemWalResource, opened: MemWalTable) -> RetentionResult:
         older_than = parse_duration(table.retain_older_than)
         return retain(opened, older_than=older_than, keep_versions=table.retain_keep_versions)
 
-    def run_gc(_context: AssetExecutionContext, opened: MemWalTable) -> Any:
+    def run_gc(_memwal: MemWalResource, opened: MemWalTable) -> GcResult:
         return gc(opened, dry_run=False, policy=table.gc_policy())
 
     return [
@@ -383,23 +330,23 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
             keys,
             keys.indexes,
             "Base-table indexes the MemWAL maintains, caught up with merged data.",
-            _plain(catchup),
-            _max_lag_after,
+            lambda _memwal, opened: catchup(opened),
+            _catchup_report,
         ),
         _service_asset(
             keys,
             keys.snapshot,
             "The MemWAL index's region snapshot (one row per region).",
-            _plain(build_snapshot),
-            lambda _result: {},
+            lambda _memwal, opened: build_snapshot(opened),
+            plain_report,
         ),
         _service_asset(
             keys,
             keys.status,
             "Regions, merge progress and backlog of the table: which regions are behind (regions_table) "
             "and table-level numbers to plot. Also recorded by the flushed-generations sensor.",
-            _plain(read_status),
-            StatusView.figures,
+            lambda _memwal, opened: read_status(opened),
+            _status_report,
         ),
         _service_asset(
             keys,
@@ -407,7 +354,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
             "The base table's fragments, compacted by Lance's distributed compaction "
             f"(at most {table.compaction_max_tasks} rewrite tasks a run).",
             run_compaction,
-            _compaction_figures,
+            plain_report,
             spark=True,
         ),
         _service_asset(
@@ -415,7 +362,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
             keys.retention,
             f"Base-table versions kept: untagged versions older than {table.retain_older_than} removed.",
             run_retention,
-            lambda _result: {},
+            plain_report,
             deps=[keys.compaction],
         ),
         _service_asset(
@@ -424,7 +371,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
             "What GC deleted (generations, WAL entries, manifest versions, bytes) and what it kept, by rule. "
             "Runs only after the blocking lsm_consistency check passed.",
             run_gc,
-            gc_figures,
+            _gc_report,
             deps=[keys.indexes, keys.retention],
         ),
     ]

@@ -13,7 +13,9 @@ from memwal_core.services.backlog import backlog
 from memwal_core.services.catchup import index_state
 from memwal_core.services.consistency import check_consistency
 from memwal_core.services.gc.service import gc
-from memwal_pipelines.assets import TableKeys, gc_figures, service_metadata
+from memwal_pipelines.assets import gc_figures, service_metadata
+from memwal_pipelines.keys import TableKeys
+from memwal_pipelines.resources import MemWalResource
 
 
 def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
@@ -23,14 +25,13 @@ def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
     @asset_check(
         asset=keys.base,
         name="merge_backlog",
-        required_resource_keys={keys.table_resource},
         description=(
             f"At most {table.max_backlog_generations} pending generations per region, "
             f"the oldest flushed at most {table.max_pending_age_seconds:.0f} s ago."
         ),
     )
-    def merge_backlog(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        with getattr(context.resources, keys.table_resource).open() as opened:
+    def merge_backlog(memwal: MemWalResource) -> AssetCheckResult:
+        with memwal.open(table.name) as opened:
             found = backlog(opened)
         worst = max(found.regions, key=lambda r: len(r.pending), default=None)
         return AssetCheckResult(
@@ -47,11 +48,10 @@ def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
     @asset_check(
         asset=keys.indexes,
         name="index_lag",
-        required_resource_keys={keys.table_resource},
         description=f"Every maintained index at most {table.max_index_lag} generations behind merges.",
     )
-    def index_lag_check(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        with getattr(context.resources, keys.table_resource).open() as opened:
+    def index_lag_check(memwal: MemWalResource) -> AssetCheckResult:
+        with memwal.open(table.name) as opened:
             lags = index_state(opened).max_lag
         return AssetCheckResult(
             passed=max(lags.values(), default=0) <= table.max_index_lag,
@@ -62,11 +62,10 @@ def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
         asset=keys.base,
         name=keys.consistency_check.name,
         blocking=True,
-        required_resource_keys={keys.table_resource},
         description="Lance's LSM read agrees with the base table plus the pending generations.",
     )
-    def lsm_consistency(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        with getattr(context.resources, keys.table_resource).open() as opened:
+    def lsm_consistency(context: AssetCheckExecutionContext, memwal: MemWalResource) -> AssetCheckResult:
+        with memwal.open(table.name) as opened:
             result = check_consistency(opened)
         for mismatch in result.mismatches[:5]:
             context.log.error(mismatch)
@@ -75,14 +74,13 @@ def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
     @asset_check(
         asset=keys.gc_report,
         name="gc_backlog",
-        required_resource_keys={keys.table_resource},
         description=(
             f"At most {table.max_gc_backlog_generations} merged generations that GC could delete or "
             "prune now but has not (a GC dry run; generations kept by a rule are reported, not counted)."
         ),
     )
-    def gc_backlog(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        with getattr(context.resources, keys.table_resource).open() as opened:
+    def gc_backlog(memwal: MemWalResource) -> AssetCheckResult:
+        with memwal.open(table.name) as opened:
             planned = gc(opened, dry_run=True, policy=table.gc_policy())
         figures = gc_figures(planned)
         # A generation pruned and deleted in one run (grace 0) counts once.

@@ -5,6 +5,13 @@ Without MEMWAL_TABLES the location maintains one table: the README's demo table
 MEMWAL_STORAGE_OPTIONS. Credentials never go in this file: each table names the
 environment variable that holds its storage options.
 
+Every key is typed and checked when the list loads (a strict pydantic model:
+`"5"` is no count and `2.5` no integer; only `name`, `uri` and
+`retain_older_than` read a number as text; unknown keys are refused), with the
+services' own checks for budgets, grace periods and durations, so a bad list
+fails the code location's load, not the first scheduled run. A refusal is one
+line naming the file, the table and the key.
+
 ```yaml
 tables:
   - name: events                 # asset key prefix: letters, digits, underscores
@@ -35,14 +42,19 @@ tables:
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
+from pydantic import AfterValidator, ConfigDict, ValidationError, field_validator
+from pydantic.dataclasses import dataclass
+from pydantic_core import PydanticCustomError
 
 from memwal_core.errors import BadInputError
 from memwal_core.services.compact import DEFAULT_TARGET_ROWS
@@ -53,18 +65,34 @@ from memwal_core.services.retain import MIN_AGE, parse_duration
 DEFAULT_TABLE_URI = "demo/table"
 TABLES_ENV = "MEMWAL_TABLES"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-# Keys that stay text when YAML reads a number, so a bare `90` duration fails as bad input.
-_TEXT = ("name", "uri", "retain_older_than")
+T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+def _invalid(message: str) -> PydanticCustomError:
+    """A check's message as pydantic reports it, with the key in front and nothing added."""
+    return PydanticCustomError("memwal", message)
+
+
+def at_least(minimum: int) -> Callable[[int], int]:
+    """A check that a count is `minimum` or more."""
+
+    def check(count: int) -> int:
+        if count < minimum:
+            raise _invalid(f"must be at least {minimum}, not {count}")
+        return count
+
+    return check
+
+
+# Strict: a YAML value of the wrong type is refused, never converted (`"5"` is no interval).
+@dataclass(frozen=True, config=ConfigDict(extra="forbid", strict=True))
 class TableConfig:
-    """One maintained table and how its pipeline runs."""
+    """One maintained table and how its pipeline runs; every value is checked when the list loads."""
 
     name: str
     uri: str
     storage_options_env: str | None = None
-    merge_engine: str = "local"
+    merge_engine: Literal["local", "spark"] = "local"
     spark_master: str | None = None
     max_generations_per_merge: int | None = None
     # What one merge commit may collapse (None: a share of the machine's memory, see README).
@@ -80,36 +108,75 @@ class TableConfig:
     gc_grace_seconds: float = DEFAULT_GRACE_SECONDS
     max_gc_backlog_generations: int = 256
     compaction_cron: str = "15 */6 * * *"
-    compaction_fragment_threshold: int = 64
+    compaction_fragment_threshold: Annotated[int, AfterValidator(at_least(2))] = 64
     compaction_target_rows: int = DEFAULT_TARGET_ROWS
-    compaction_max_tasks: int = 8
+    compaction_max_tasks: Annotated[int, AfterValidator(at_least(1))] = 8
     retention_cron: str = "30 3 * * *"
     retain_older_than: str = "7d"
     retain_keep_versions: int | None = None
 
-    def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
-            raise BadInputError(f"table name {self.name!r} must be letters, digits and underscores")
-        if self.merge_engine not in ("local", "spark"):
-            raise BadInputError(f"table {self.name}: merge_engine must be local or spark")
-        # Fail when the list loads, not at the first scheduled run.
-        self.gc_policy()
-        self.merge_budget()
-        if parse_duration(self.retain_older_than) < MIN_AGE:
-            raise BadInputError(f"table {self.name}: retain_older_than must be at least {MIN_AGE}")
-        interval = self.status_interval_seconds
-        if not isinstance(interval, int | float) or not 0 <= interval < math.inf:
-            raise BadInputError(f"table {self.name}: status_interval_seconds must be a number >= 0")
-        if self.compaction_fragment_threshold < 2 or self.compaction_max_tasks < 1:
-            raise BadInputError(
-                f"table {self.name}: compaction needs a fragment threshold >= 2 and max tasks >= 1"
-            )
+    @field_validator("name", "uri", "retain_older_than", mode="before")
+    @classmethod
+    def _text(cls, value: Any) -> Any:
+        """These stay text when YAML reads a number, so a bare `90` duration fails as a duration."""
+        return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not _NAME.match(name):
+            raise _invalid(f"{name!r} must be letters, digits and underscores, starting with a letter")
+        return name
+
+    # The services' own checks, run when the list loads rather than at the first scheduled run.
+    @field_validator("max_batch_rows")
+    @classmethod
+    def _batch_rows(cls, rows: int | None) -> int | None:
+        _service_check(lambda: MergeBudget.default(max_rows=rows))
+        return rows
+
+    @field_validator("max_batch_bytes")
+    @classmethod
+    def _batch_bytes(cls, size: int | None) -> int | None:
+        _service_check(lambda: MergeBudget.default(max_bytes=size))
+        return size
+
+    @field_validator("gc_grace_seconds")
+    @classmethod
+    def _grace(cls, seconds: float) -> float:
+        _service_check(lambda: GcPolicy(grace_seconds=seconds))
+        return seconds
+
+    @field_validator("retain_older_than")
+    @classmethod
+    def _retention(cls, text: str) -> str:
+        if _service_check(lambda: parse_duration(text)) < MIN_AGE:
+            raise _invalid(f"must be at least {MIN_AGE}, not {text}")
+        return text
+
+    @field_validator("status_interval_seconds")
+    @classmethod
+    def _status_interval(cls, seconds: float) -> float:
+        if not 0 <= seconds < math.inf:
+            raise _invalid("must be a number >= 0")
+        return seconds
 
     def gc_policy(self) -> GcPolicy:
         return GcPolicy(grace_seconds=self.gc_grace_seconds)
 
     def merge_budget(self) -> MergeBudget:
         return MergeBudget.default(max_rows=self.max_batch_rows, max_bytes=self.max_batch_bytes)
+
+
+def _service_check(check: Callable[[], T]) -> T:
+    """Run a service's own check of a value; its refusal becomes this key's error."""
+    try:
+        return check()
+    except BadInputError as exc:
+        raise _invalid(str(exc)) from None
+
+
+KEYS = tuple(f.name for f in fields(TableConfig))
 
 
 def default_tables() -> list[TableConfig]:
@@ -123,31 +190,52 @@ def default_tables() -> list[TableConfig]:
 
 
 def load_tables(path: str | None = None) -> list[TableConfig]:
-    """The table list from `path` (default: $MEMWAL_TABLES), or the demo table."""
+    """The table list from `path` (default: $MEMWAL_TABLES), or the demo table.
+
+    Every refusal is a BadInputError of one line naming the file, the table and the key.
+    """
     path = path or os.environ.get(TABLES_ENV)
     if not path:
         return default_tables()
     try:
         document = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise BadInputError(f"table list {path} cannot be read: {exc}") from exc
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise BadInputError(f"table list {path} cannot be read: {first}") from exc
     entries = document.get("tables") if isinstance(document, dict) else None
     if not isinstance(entries, list) or not entries:
         raise BadInputError(f"table list {path} has no `tables:` list")
-    known = {f.name for f in fields(TableConfig)}
-    tables = []
-    for entry in entries:
-        if not isinstance(entry, dict) or "name" not in entry or "uri" not in entry:
-            raise BadInputError(f"table list {path}: every table needs a name and a uri")
-        unknown = sorted(set(entry) - known)
-        if unknown:
-            raise BadInputError(f"table list {path}: table {entry['name']} has unknown key {unknown[0]!r}")
-        tables.append(TableConfig(**_typed(entry)))
-    names = [t.name for t in tables]
-    if len(set(names)) != len(names):
-        raise BadInputError(f"table list {path} names a table twice")
+    unknown = sorted(str(key) for key in document if key != "tables")
+    if unknown:
+        raise BadInputError(f"table list {path}: unknown key {unknown[0]!r} (the file holds `tables:` only)")
+    tables = [_table(path, position, entry) for position, entry in enumerate(entries, start=1)]
+    seen: set[str] = set()
+    for table in tables:
+        if table.name in seen:
+            raise BadInputError(f"table list {path}: table {table.name}: name: names a table twice")
+        seen.add(table.name)
     return tables
 
 
-def _typed(entry: dict[str, Any]) -> dict[str, Any]:
-    return {key: str(value) if key in _TEXT else value for key, value in entry.items()}
+def _table(path: str, position: int, entry: Any) -> TableConfig:
+    """One entry of the list, checked; named by its name when it has a usable one, else by position."""
+    name = entry.get("name") if isinstance(entry, dict) else None
+    where = f"table list {path}: table {name if isinstance(name, str) and name else f'#{position}'}"
+    if not isinstance(entry, dict) or not all(isinstance(key, str) for key in entry):
+        raise BadInputError(f"{where}: not a mapping of keys to values")
+    try:
+        return TableConfig(**entry)
+    except ValidationError as exc:
+        raise BadInputError(f"{where}: {_first_error(exc)}") from None
+
+
+def _first_error(exc: ValidationError) -> str:
+    """The first refusal as `key: what is wrong` (pydantic lists them all, one per line)."""
+    error = exc.errors()[0]
+    key = ".".join(str(part) for part in error["loc"]) or "?"
+    if error["type"] == "unexpected_keyword_argument":
+        close = difflib.get_close_matches(key, KEYS, n=1)
+        return f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    if error["type"] == "missing":
+        return f"{key}: missing (every table needs a name and a uri)"
+    return f"{key}: {error['msg']}"

@@ -11,12 +11,13 @@ from typing import Any
 
 from dagster import Definitions
 
-from memwal_pipelines.assets import TableKeys, table_assets
+from memwal_pipelines.assets import table_assets
 from memwal_pipelines.checks import table_checks
 from memwal_pipelines.config import TableConfig, load_tables
 from memwal_pipelines.ingest import ingest_job
 from memwal_pipelines.jobs import table_jobs, table_schedules
-from memwal_pipelines.resources import spark_resource, table_resource
+from memwal_pipelines.keys import TableKeys
+from memwal_pipelines.resources import memwal_resource
 from memwal_pipelines.sensors import compaction_sensor, flushed_generations_sensor, index_catchup_sensor
 
 
@@ -27,7 +28,6 @@ def build_definitions(tables: Sequence[TableConfig]) -> Definitions:
     jobs: list[Any] = []
     sensors: list[Any] = []
     schedules: list[Any] = []
-    resources: dict[str, Any] = {}
     for table in tables:
         keys = TableKeys(table)
         table_job_set = table_jobs(keys)
@@ -40,15 +40,14 @@ def build_definitions(tables: Sequence[TableConfig]) -> Definitions:
             compaction_sensor(keys, table_job_set),
         ]
         schedules += table_schedules(keys, table_job_set)
-        resources[keys.table_resource] = table_resource(table)
-        resources[keys.spark_resource] = spark_resource(table)
     return Definitions(
         assets=assets,
         asset_checks=checks,
         jobs=jobs,
         sensors=sensors,
         schedules=schedules,
-        resources=resources,
+        # One resource for every table: its parameter name `memwal` is the key.
+        resources={"memwal": memwal_resource(tables)},
     )
 
 

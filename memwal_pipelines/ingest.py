@@ -10,10 +10,13 @@ from typing import Any
 
 from dagster import Config, JobDefinition, OpExecutionContext, Output, in_process_executor, job, op
 
+from memwal_core.cli.render import render
 from memwal_core.services.ingest.service import ingest
 from memwal_core.services.writer import WriterOptions
-from memwal_pipelines.assets import TableKeys, on_table, service_metadata
+from memwal_pipelines.assets import on_table, service_metadata
 from memwal_pipelines.jobs import SERVICE_TAG
+from memwal_pipelines.keys import TableKeys
+from memwal_pipelines.resources import MemWalResource
 
 
 class IngestConfig(Config):
@@ -33,25 +36,26 @@ def ingest_job(keys: TableKeys) -> JobDefinition:
 
     @op(
         name=f"{name}_ingest_files",
-        required_resource_keys={keys.table_resource, keys.spark_resource},
         description="Read the sources, route rows to regions, write them through MemWalWriter.",
     )
-    def ingest_files(context: OpExecutionContext, config: IngestConfig) -> Output[dict[str, Any]]:
-        if config.engine == "spark":  # start the session with the resource's settings; ingest reuses it
-            getattr(context.resources, keys.spark_resource).spark_session  # noqa: B018
+    def ingest_files(
+        context: OpExecutionContext, config: IngestConfig, memwal: MemWalResource
+    ) -> Output[dict[str, Any]]:
+        if config.engine == "spark":  # start the session on the table's master; ingest reuses it
+            memwal.spark_session(name)
         options = WriterOptions(
             durable_write=config.durable_write,
             max_memtable_rows=config.max_memtable_rows,
             max_wal_flush_interval_ms=config.max_wal_flush_interval_ms,
         )
         result = on_table(
-            context,
+            memwal,
             keys,
             lambda table: ingest(
                 table, config.sources, fmt=config.format, engine=config.engine, writer_options=options
             ),
         )
-        context.log.info(result.to_text())
+        context.log.info(render(result))
         return Output(result.to_json(), metadata=service_metadata(result, regions=len(result.regions)))
 
     @job(

@@ -28,7 +28,7 @@ from dagster import (
     in_process_executor,
 )
 
-from memwal_pipelines.assets import TableKeys
+from memwal_pipelines.keys import TableKeys
 
 if TYPE_CHECKING:  # what define_asset_job returns; dagster does not export the name
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition

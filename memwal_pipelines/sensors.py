@@ -48,9 +48,10 @@ from dagster import (
 from memwal_core.services.backlog import RegionBacklog
 from memwal_core.services.catchup import index_state
 from memwal_core.services.compact import plan_compaction
-from memwal_pipelines.assets import TableKeys, read_status, region_observation, status_materialization
+from memwal_pipelines.assets import read_status, region_observation, status_materialization
 from memwal_pipelines.jobs import TableJobs
-from memwal_pipelines.resources import table_resource
+from memwal_pipelines.keys import TableKeys
+from memwal_pipelines.resources import MemWalResource
 
 # Dagster's tags for a run over a range of partitions (a single-run backfill sets the same).
 PARTITION_RANGE_START = "dagster/asset_partition_range_start"
@@ -117,9 +118,9 @@ def flushed_generations_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefini
         minimum_interval_seconds=table.sensor_interval_seconds,
         description="New regions become partitions; new flushed generations start one merge round.",
     )
-    def flushed_generations(context: SensorEvaluationContext) -> SensorResult:
+    def flushed_generations(context: SensorEvaluationContext, memwal: MemWalResource) -> SensorResult:
         cursor = FlushedCursor.load(context.cursor)
-        with table_resource(table).open() as opened:
+        with memwal.open(table.name) as opened:
             view = read_status(opened)
         found = view.backlog
         # Per region, "latest flushed:merged": a region is observed again whenever either changes.
@@ -157,8 +158,8 @@ def index_catchup_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefinition:
         minimum_interval_seconds=max(30, table.sensor_interval_seconds),
         description="A maintained index behind merged data, or not yet listed, starts a catch-up run.",
     )
-    def index_catchup(context: SensorEvaluationContext) -> RunRequest | SkipReason:
-        with table_resource(table).open() as opened:
+    def index_catchup(memwal: MemWalResource) -> RunRequest | SkipReason:
+        with memwal.open(table.name) as opened:
             state = index_state(opened)
         if not state.needs_catchup:
             return SkipReason("every maintained index is caught up and listed")
@@ -186,11 +187,11 @@ def compaction_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefinition:
         minimum_interval_seconds=max(60, table.sensor_interval_seconds),
         description=f"{threshold} base-table fragments or more start a compaction run.",
     )
-    def compaction(context: SensorEvaluationContext) -> RunRequest | SkipReason:
+    def compaction(context: SensorEvaluationContext, memwal: MemWalResource) -> RunRequest | SkipReason:
         # Merges commit new versions while a compaction runs: one compaction at a time is enough.
         if context.instance.get_runs_count(RunsFilter(job_name=jobs.compaction.name, statuses=UNFINISHED)):
             return SkipReason("a compaction run is queued or running")
-        with table_resource(table).open() as opened:
+        with memwal.open(table.name) as opened:
             fragments = len(opened.dataset().get_fragments())
             if fragments < threshold:
                 return SkipReason(f"{fragments} fragments, under the threshold of {threshold}")

@@ -32,12 +32,6 @@ class StatusView:
     status: TableStatus
     backlog: TableBacklog
 
-    def to_json(self) -> dict[str, Any]:
-        return self.status.to_json()
-
-    def to_text(self) -> str:
-        return self.status.to_text()
-
     def figures(self) -> dict[str, Any]:
         """Plottable table-level numbers and the regions table (metadata keys of the status asset)."""
         regions = self.backlog.regions

@@ -207,8 +207,8 @@ def test_retention_floor_tags_and_removed_versions(tmp_path: Path) -> None:
         result = retain(opened, older_than=timedelta(0), keep_versions=2, force=True)
     remaining = [v["version"] for v in table.dataset().versions()]
     assert remaining == sorted({versions[2], *versions[-2:]})
-    assert result.removed_versions == sorted(set(versions) - set(remaining))
-    assert result.oldest_retained == versions[2] and result.tagged_versions == [versions[2]]
+    assert result.removed == sorted(set(versions) - set(remaining))
+    assert result.oldest_retained_version == versions[2] and result.tagged_versions == [versions[2]]
     assert table.dataset().checkout_version(versions[2]).count_rows() > 0, "the tagged version still reads"
     table.assert_merged()
 

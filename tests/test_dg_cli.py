@@ -102,4 +102,6 @@ def test_dg_dev_serves_the_code_location_without_warnings(tmp_path: Path) -> Non
         stop_process_group(process)
     output = log.read_text()
     assert "Serving dagster-webserver" in output
-    assert not warnings_in(output), output
+    # What it says while it serves; stopping it races its code server's restart watch.
+    serving = output.split("Shutting down Dagster services")[0]
+    assert not warnings_in(serving), output

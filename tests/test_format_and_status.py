@@ -109,7 +109,7 @@ def test_status_reports_merge_progress_committed_by_lance(tmp_path: Path) -> Non
     assert by_id[region].pending_generations == [g for g in by_id[region].flushed_generations if g > 2]
     other = sorted(log.regions)[1]
     assert by_id[other].merged_generation == 0
-    assert result.version == lance.dataset(str(path)).version
+    assert result.read_version == lance.dataset(str(path)).version
 
 
 def test_status_json_contract(demo: tuple[Path, DemoLog]) -> None:

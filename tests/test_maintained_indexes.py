@@ -13,9 +13,9 @@ from memwal_core.model.indexes import TableIndex, maintained_indexes
 from memwal_core.services.compact import compact
 from memwal_core.services.merge.service import merge
 from memwal_core.table import MemWalTable
-from memwal_pipelines.assets import TableKeys
 from memwal_pipelines.config import TableConfig
 from memwal_pipelines.definitions import build_definitions
+from memwal_pipelines.keys import TableKeys
 from tests.support.model import KEYED_SCHEMA, ModelTable
 
 BTREE = "/lance.table.BTreeIndexDetails"
@@ -115,7 +115,7 @@ def test_dagster_catchup_sensor_and_job_list_an_index_created_later(tmp_path: Pa
     instance = DagsterInstance.ephemeral()
 
     def tick() -> RunRequest | SkipReason:
-        with build_sensor_context(instance=instance) as context:
+        with build_sensor_context(instance=instance, resources=definitions.resources) as context:
             result = sensor(context)
         assert isinstance(result, RunRequest | SkipReason)
         return result

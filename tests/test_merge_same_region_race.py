@@ -87,7 +87,7 @@ def test_region_held_by_another_merger_is_skipped_not_failed(tmp_path: Path) -> 
     with MemWalTable.open(table.uri) as opened:
         holder = Lease(opened.store, f"merge-{region}", ttl=60).acquire()
         busy = merge(opened)
-        assert busy.busy == [region] and not busy.failures and not busy.regions
+        assert busy.busy_regions == [region] and not busy.failures and not busy.regions
         holder.release()
         done = merge(opened)
         assert [r.region for r in done.regions] == [region]

@@ -33,9 +33,9 @@ from memwal_core.errors import BadInputError
 from memwal_core.services.retain import retain
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
-from memwal_pipelines.assets import TableKeys
 from memwal_pipelines.config import TableConfig, load_tables
 from memwal_pipelines.definitions import build_definitions, defs
+from memwal_pipelines.keys import TableKeys
 from tests.support.model import KEYED_SCHEMA, ModelTable, keyed_backlog_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,8 +43,9 @@ RANGE_TAGS = ("dagster/asset_partition_range_start", "dagster/asset_partition_ra
 
 
 def tick(keys: TableKeys, instance: DagsterInstance, cursor: str | None) -> SensorResult:
-    sensor = build_definitions([keys.table]).resolve_sensor_def(f"{keys.table.name}_flushed_generations")
-    with build_sensor_context(instance=instance, cursor=cursor) as context:
+    definitions = build_definitions([keys.table])
+    sensor = definitions.resolve_sensor_def(f"{keys.table.name}_flushed_generations")
+    with build_sensor_context(instance=instance, cursor=cursor, resources=definitions.resources) as context:
         result = sensor(context)
     assert isinstance(result, SensorResult)
     for request in result.dynamic_partitions_requests or []:
@@ -100,10 +101,10 @@ def test_default_location_and_table_list(tmp_path: Path, monkeypatch: pytest.Mon
     with pytest.raises(BadInputError, match="--max-batch-rows must be at least 1"):
         load_tables()
     listing.write_text("tables:\n  - {name: x, uri: /t, status_interval_seconds: -1}\n")
-    with pytest.raises(BadInputError, match="status_interval_seconds must be a number >= 0"):
+    with pytest.raises(BadInputError, match="status_interval_seconds: must be a number >= 0"):
         load_tables()
     listing.write_text("tables:\n  - {name: x, uri: /t, retain_older_than: 30m}\n")
-    with pytest.raises(BadInputError, match="retain_older_than must be at least"):
+    with pytest.raises(BadInputError, match="retain_older_than: must be at least"):
         load_tables()
 
 
@@ -333,8 +334,9 @@ def test_checks_fail_on_a_backlog_and_a_missing_generation(tmp_path: Path) -> No
 
 
 def compaction_tick(keys: TableKeys, instance: DagsterInstance) -> RunRequest | SkipReason:
-    sensor = build_definitions([keys.table]).resolve_sensor_def(f"{keys.table.name}_compaction")
-    with build_sensor_context(instance=instance) as context:
+    definitions = build_definitions([keys.table])
+    sensor = definitions.resolve_sensor_def(f"{keys.table.name}_compaction")
+    with build_sensor_context(instance=instance, resources=definitions.resources) as context:
         result = sensor(context)
     assert isinstance(result, RunRequest | SkipReason)
     return result

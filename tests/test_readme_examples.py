@@ -30,6 +30,9 @@ def test_writer_and_ingest_examples_on_the_demo_table(tmp_path: Path) -> None:
         return done
 
     run("memwal", "demo", "demo/table")
+    shown = run(sys.executable, "-c", readme_block("python", "from memwal_core import GcPolicy")).stdout
+    assert "24 pending generations" in shown and "24 generations merged" in shown
+    run(sys.executable, "-c", readme_block("python", "from memwal_core import MemWalTable, lsm_scanner"))
     run(sys.executable, "-c", readme_block("python", 'MemWalWriter("demo/table"'))
     run("bash", "-euc", readme_block("bash", "memwal ingest demo/table"))
     run("memwal", "merge", "demo/table")

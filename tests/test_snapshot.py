@@ -74,7 +74,7 @@ def test_inline_snapshot_of_lance_written_regions(tmp_path: Path) -> None:
 
         details = table.index_details()
         assert result.storage == "inline" and result.path is None and result.regions == 3
-        assert result.stale_wal_hints == 1 and result.repairs == []
+        assert result.stale_wal_hints == 1 and result.progress_repairs == []
         assert details.has_inline_snapshot and details.num_regions == 3
         assert details.snapshot_ts_millis == result.snapshot_ts_millis > 0
         assert details.merged == before.merged and details.table_version == before.table_version + 1
@@ -216,7 +216,7 @@ def test_merger_and_snapshot_builder_race(tmp_path: Path) -> None:
     for t in threads:
         t.join(timeout=600)
     assert not errors, errors
-    assert len(results) >= 50 and all(r.repairs == [] for r in results)
+    assert len(results) >= 50 and all(r.progress_repairs == [] for r in results)
     history = progress_history(uri)
     assert_progress_never_decreases(history)
     # The two really interleaved: snapshot commits landed between merge commits that moved progress.

@@ -14,10 +14,10 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import version
-from typing import Any
 
 from memwal_core.cli.options import count, number
 from memwal_core.cli.progress import RegionProgress
+from memwal_core.cli.render import render
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import BadInputError, MemwalError, first_line
 from memwal_core.services.catchup import catchup
@@ -35,8 +35,8 @@ from memwal_core.services.initialize import RegionSpecChoice, initialize
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.merge.commit import AUTO, COMMIT_FORMS
 from memwal_core.services.merge.engine import make_engine
-from memwal_core.services.merge.plan import RegionFailure
 from memwal_core.services.merge.service import merge
+from memwal_core.services.result import Failure, ServiceResult
 from memwal_core.services.retain import parse_duration, retain
 from memwal_core.services.snapshot.plan import DEFAULT_INLINE_THRESHOLD
 from memwal_core.services.snapshot.service import build_snapshot
@@ -52,8 +52,8 @@ WITHOUT_MEMWAL = ("init", "demo")
 # A grace period longer than ten years is a typo, not a policy.
 MAX_GRACE_SECONDS = 10 * 365 * 86400.0
 
-# A command returns its JSON payload, its text form and its exit status.
-Outcome = tuple[dict[str, Any], str, int]
+# A command returns its result and its exit status; `main` prints the result as JSON or text.
+Outcome = tuple[ServiceResult, int]
 Command = Callable[[argparse.Namespace, MemWalTable], Outcome]
 
 
@@ -65,8 +65,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _cmd_status(args: argparse.Namespace, table: MemWalTable) -> Outcome:
-    result = status(table)
-    return result.to_json(), result.to_text(), 0
+    return status(table), 0
 
 
 def _cmd_init(args: argparse.Namespace, table: MemWalTable) -> Outcome:
@@ -77,13 +76,7 @@ def _cmd_init(args: argparse.Namespace, table: MemWalTable) -> Outcome:
         unsharded=args.unsharded,
     )
     keys = [c.strip() for value in args.primary_key for c in value.split(",") if c.strip()]
-    result = initialize(table, keys, spec)
-    return (
-        result.to_json(),
-        f"MemWAL enabled on {result.table} (version {result.version}, primary key {keys}, "
-        f"maintained indexes {result.maintained_indexes or 'none'})",
-        0,
-    )
+    return initialize(table, keys, spec), 0
 
 
 def _cmd_demo(args: argparse.Namespace, table: MemWalTable) -> Outcome:
@@ -92,8 +85,7 @@ def _cmd_demo(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     if not table.store.is_dir("_versions"):
         log.info("writing a demo table with a backlog to %s", table.uri)
         write_demo_table(table.uri, table.storage_options)
-    result = status(table)
-    return result.to_json(), result.to_text(), 0
+    return status(table), 0
 
 
 def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
@@ -109,10 +101,10 @@ def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
         dry_run=args.dry_run,
         progress=RegionProgress(),
     )
-    return result.to_json(), result.to_text(), _failed_regions(args.command, result.failures)
+    return result, _failed_regions(args.command, result.failures)
 
 
-def _failed_regions(command: str, failures: Sequence[RegionFailure]) -> int:
+def _failed_regions(command: str, failures: Sequence[Failure]) -> int:
     """One error line per region that failed alone (the others went on); the exit status they call for."""
     for failure in failures:
         print(f"memwal {command}: error: {failure.message}", file=sys.stderr)
@@ -120,13 +112,11 @@ def _failed_regions(command: str, failures: Sequence[RegionFailure]) -> int:
 
 
 def _cmd_catchup(args: argparse.Namespace, table: MemWalTable) -> Outcome:
-    result = catchup(table, indexes=args.index or None, rebuild=args.rebuild, dry_run=args.dry_run)
-    return result.to_json(), result.to_text(), 0
+    return catchup(table, indexes=args.index or None, rebuild=args.rebuild, dry_run=args.dry_run), 0
 
 
 def _cmd_snapshot(args: argparse.Namespace, table: MemWalTable) -> Outcome:
-    result = build_snapshot(table, inline_threshold=args.inline_threshold, refresh_hints=args.refresh_hints)
-    return result.to_json(), result.to_text(), 0
+    return build_snapshot(table, inline_threshold=args.inline_threshold, refresh_hints=args.refresh_hints), 0
 
 
 def _cmd_compact(args: argparse.Namespace, table: MemWalTable) -> Outcome:
@@ -138,14 +128,14 @@ def _cmd_compact(args: argparse.Namespace, table: MemWalTable) -> Outcome:
         max_tasks=args.max_tasks,
         dry_run=args.dry_run,
     )
-    return result.to_json(), result.to_text(), 0
+    return result, 0
 
 
 def _cmd_retain(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     result = retain(
         table, older_than=parse_duration(args.older_than), keep_versions=args.keep_versions, force=args.force
     )
-    return result.to_json(), result.to_text(), 0
+    return result, 0
 
 
 def _engine_arguments(parser: argparse.ArgumentParser, what: str) -> None:
@@ -169,13 +159,13 @@ def _cmd_ingest(args: argparse.Namespace, table: MemWalTable) -> Outcome:
         spark_master=args.spark_master,
         writer_options=options,
     )
-    return result.to_json(), result.to_text(), 0
+    return result, 0
 
 
 def _cmd_gc(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     policy = GcPolicy(grace_seconds=args.grace_seconds)
     result = gc(table, dry_run=args.dry_run, policy=policy, progress=RegionProgress())
-    return result.to_json(), result.to_text(), _failed_regions(args.command, result.failures)
+    return result, _failed_regions(args.command, result.failures)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -363,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             table.store.check_reachable()
             if args.command not in WITHOUT_MEMWAL:
                 table.index_details()  # a Lance table with MemWAL, checked before anything is written
-            payload, text, code = args.run(args, table)
+            result, code = args.run(args, table)
     except MemwalError as exc:
         print(f"memwal {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -374,13 +364,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = first_line(exc)
         print(f"memwal {args.command}: failed: {type(exc).__name__}: {first}", file=sys.stderr)
         return 1
-    return _report(args, payload, text, int(code))
+    return _report(args, result, code)
 
 
-def _report(args: argparse.Namespace, payload: dict[str, Any], text: str, code: int) -> int:
+def _report(args: argparse.Namespace, result: ServiceResult, code: int) -> int:
     """Print the result; the work is already done, so a reader that went away is not an error."""
     try:
-        output = json.dumps(payload, allow_nan=False) if args.json or args.json_first else text
+        as_json = args.json or args.json_first
+        output = json.dumps(result.to_json(), allow_nan=False) if as_json else render(result)
         print(output)
         sys.stdout.flush()
     except BrokenPipeError:

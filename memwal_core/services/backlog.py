@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.naming import MEM_WAL_DIR, TABLE_VERSIONS_DIR
@@ -37,19 +36,11 @@ class RegionBacklog:
             return 0.0
         return max(0.0, now - self.oldest_pending_created_at)
 
-    def to_json(self, now: float) -> dict[str, Any]:
-        return {
-            "region": self.region,
-            "merged_generation": self.merged_generation,
-            "latest_flushed": self.latest_flushed,
-            "pending_generations": list(self.pending),
-            "pending_bytes": self.pending_bytes,
-            "oldest_pending_age_seconds": round(self.oldest_pending_age(now), 1),
-        }
-
 
 @dataclass(frozen=True)
 class TableBacklog:
+    """Every region's backlog read at one table version: what the orchestrator watches, not a report."""
+
     table: str
     table_version: int
     regions: list[RegionBacklog]

@@ -18,14 +18,15 @@ for readers that know only the list, such as LanceDB.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from memwal_core.errors import CatchupError, NotFoundError
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.model.indexes import read_maintained
 from memwal_core.services.index_list import ListUpdate, update_maintained_list
+from memwal_core.services.result import NOT_IN_JSON, ServiceResult
 from memwal_core.table import MemWalTable
 
 Lag = dict[str, int]
@@ -86,7 +87,8 @@ class CatchupPlan:
     indexes: tuple[IndexCatchupPlan, ...]
     missing: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
+        """What a dry run shows of it (the `plan` of `catchup --dry-run --json`): each index's lag."""
         return {
             "table": self.table_uri,
             "table_version": self.table_version,
@@ -105,63 +107,27 @@ class IndexCatchupResult:
     lag_after: Lag
     seconds: float
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "method": self.method,
-            "lag_before": self.lag_before,
-            "lag_after": self.lag_after,
-            "seconds": round(self.seconds, 4),
-        }
-
 
 @dataclass(frozen=True)
-class CatchupResult:
-    """The outcome of one catch-up run over a table."""
+class CatchupResult(ServiceResult):
+    """The outcome of one catch-up run over a table (`new_version`: the update's or the list's commit)."""
 
-    table: str
-    planned_at_version: int
-    table_version: int
+    DEPRECATED_NAMES: ClassVar[Mapping[str, str]] = {
+        "planned_at_version": "read_version",
+        "table_version": "version_after",
+        "seconds_total": "seconds",
+    }
+
     indexes: list[IndexCatchupResult]
-    seconds_total: float
-    dry_run: bool = False
-    plan: CatchupPlan | None = field(default=None, repr=False)
+    plan: CatchupPlan | None = field(default=None, repr=False, metadata=NOT_IN_JSON)
     # The `maintained_indexes` list brought in step with the rule first.
     maintained_list: ListUpdate | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "table": self.table,
-            "dry_run": self.dry_run,
-            "planned_at_version": self.planned_at_version,
-            "table_version": self.table_version,
-            "indexes": [r.to_json() for r in self.indexes],
-            "missing_indexes": list(self.plan.missing) if self.plan else [],
-            "seconds_total": round(self.seconds_total, 4),
-            "maintained_list": self.maintained_list.to_json() if self.maintained_list else None,
-        }
+    def computed_json(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {"missing_indexes": list(self.plan.missing) if self.plan else []}
         if self.dry_run and self.plan is not None:
-            payload["plan"] = self.plan.to_json()
+            payload["plan"] = self.plan.summary()
         return payload
-
-    def to_text(self) -> str:
-        lines = [f"catch-up of {self.table}: table v{self.planned_at_version} -> v{self.table_version}"]
-        if self.dry_run and self.plan is not None:
-            lines[0] += " [dry run]"
-            for p in self.plan.indexes:
-                lines.append(f"  {p.index}  lag {sum(lag for _r, lag in p.lag)} generation(s)")
-        if self.maintained_list is not None:
-            lines += self.maintained_list.to_text()
-        for r in self.indexes:
-            before, after = sum(r.lag_before.values()), sum(r.lag_after.values())
-            lines.append(
-                f"  {r.index}  {r.method}  lag {before} -> {after} generation(s)  ({r.seconds:.2f} s)"
-            )
-        for name in self.plan.missing if self.plan else ():
-            lines.append(f"  {name}  listed as maintained but not on the table")
-        if self.plan is not None and not self.plan.indexes:
-            lines.append("  no maintained index")
-        return "\n".join(lines)
 
 
 def plan_catchup(table: MemWalTable, *, indexes: Iterable[str] | None = None) -> CatchupPlan:
@@ -231,13 +197,12 @@ def catchup(
     version = plan.table_version
     if dry_run:
         return CatchupResult(
-            table.uri,
-            version,
-            version,
-            [],
-            time.perf_counter() - started,
-            True,
-            plan,
+            table=table.uri,
+            read_version=version,
+            dry_run=True,
+            seconds=time.perf_counter() - started,
+            indexes=[],
+            plan=plan,
             maintained_list=update_maintained_list(table, dry_run=True),
         )
     if behind:
@@ -267,12 +232,13 @@ def catchup(
         if not p.behind
     ]
     listing = update_maintained_list(table)
+    after = max(version, listing.table_version or version)
     return CatchupResult(
         table=table.uri,
-        planned_at_version=plan.table_version,
-        table_version=max(version, listing.table_version or version),
+        read_version=plan.table_version,
+        new_version=after if after > plan.table_version else None,
+        seconds=time.perf_counter() - started,
         indexes=sorted(results, key=lambda r: r.index),
-        seconds_total=time.perf_counter() - started,
         plan=plan,
         maintained_list=listing,
     )

@@ -28,12 +28,13 @@ import pickle
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from memwal_core.errors import BadInputError
 from memwal_core.model.details_lease import details_lease
 from memwal_core.model.indexes import read_maintained
 from memwal_core.services.catchup import catchup
+from memwal_core.services.result import NOT_IN_JSON, ServiceResult
 from memwal_core.storage.limits import with_lance_defaults
 from memwal_core.table import MemWalTable
 
@@ -57,69 +58,27 @@ class CompactionPlan:
     fragments_before: int
     tasks_left_out: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table_uri,
-            "read_version": self.read_version,
-            "tasks": len(self.tasks),
-            "rows": self.rows,
-            "tasks_left_out": self.tasks_left_out,
-            "fragments_before": self.fragments_before,
-            "target_rows_per_fragment": self.options["target_rows_per_fragment"],
-            "materialize_deletions_threshold": self.options["materialize_deletions_threshold"],
-        }
-
 
 @dataclass(frozen=True)
-class CompactionResult:
-    table: str
+class CompactionResult(ServiceResult):
+    """What one compaction rewrote; `new_version` is the table after its commit (and catch-up)."""
+
+    DEPRECATED_NAMES: ClassVar[Mapping[str, str]] = {"table_version": "version_after"}
+
     engine: str
-    dry_run: bool
-    plan: CompactionPlan
+    plan: CompactionPlan = field(repr=False, metadata=NOT_IN_JSON)
     fragments_before: int
     fragments_after: int
     fragments_removed: int
     fragments_added: int
     rows_rewritten: int
-    table_version: int
     seconds_plan: float
     seconds_execute: float
     seconds_commit: float
     catchup_restored: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "engine": self.engine,
-            "dry_run": self.dry_run,
-            "tasks": len(self.plan.tasks),
-            "tasks_left_out": self.plan.tasks_left_out,
-            "fragments_before": self.fragments_before,
-            "fragments_after": self.fragments_after,
-            "fragments_removed": self.fragments_removed,
-            "fragments_added": self.fragments_added,
-            "rows_rewritten": self.rows_rewritten,
-            "table_version": self.table_version,
-            "seconds_plan": round(self.seconds_plan, 4),
-            "seconds_execute": round(self.seconds_execute, 4),
-            "seconds_commit": round(self.seconds_commit, 4),
-            "catchup_restored": self.catchup_restored,
-        }
-
-    def to_text(self) -> str:
-        head = f"compaction of {self.table} ({self.engine} engine){' [dry run]' if self.dry_run else ''}"
-        if not self.plan.tasks:
-            return f"{head}\n  nothing to compact ({self.fragments_before} fragments)"
-        verb = "would rewrite" if self.dry_run else "rewrote"
-        return (
-            f"{head}\n  {verb} {self.rows_rewritten} rows in {len(self.plan.tasks)} task(s): "
-            f"fragments {self.fragments_before} -> {self.fragments_after}, table v{self.table_version}"
-            + (
-                f"\n  {self.plan.tasks_left_out} task(s) left for the next run"
-                if self.plan.tasks_left_out
-                else ""
-            )
-        )
+    def computed_json(self) -> dict[str, Any]:
+        return {"tasks": len(self.plan.tasks), "tasks_left_out": self.plan.tasks_left_out}
 
 
 def plan_compaction(
@@ -236,15 +195,16 @@ def compact(
         seconds = time.perf_counter() - started
         return CompactionResult(
             table=table.uri,
-            engine=engine.name,
+            read_version=plan.read_version,
             dry_run=True,
+            seconds=seconds,
+            engine=engine.name,
             plan=plan,
             fragments_before=plan.fragments_before,
             fragments_after=plan.fragments_before,
             fragments_removed=0,
             fragments_added=0,
             rows_rewritten=plan.rows,
-            table_version=plan.read_version,
             seconds_plan=seconds,
             seconds_execute=0.0,
             seconds_commit=0.0,
@@ -273,19 +233,21 @@ def compact(
     if dropped:
         catchup(table, indexes=dropped)
     latest = table.dataset()
+    finished = time.perf_counter()
     return CompactionResult(
         table=table.uri,
+        read_version=plan.read_version,
+        new_version=latest.version if results else None,
+        seconds=finished - started,
         engine=engine.name,
-        dry_run=False,
         plan=plan,
         fragments_before=plan.fragments_before,
         fragments_after=len(latest.get_fragments()),
         fragments_removed=removed,
         fragments_added=added,
         rows_rewritten=sum(f.physical_rows for r in results for f in r.new_fragments),
-        table_version=latest.version,
         seconds_plan=planned - started,
         seconds_execute=executed - planned,
-        seconds_commit=time.perf_counter() - executed,
+        seconds_commit=finished - executed,
         catchup_restored=dropped,
     )

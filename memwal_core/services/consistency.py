@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 import pyarrow as pa
@@ -24,38 +25,33 @@ from memwal_core.services.merge.collapse import collapse_local
 from memwal_core.services.merge.plan import GenerationSource
 from memwal_core.services.reader import ReadPlan, plan_read, point_lookup
 from memwal_core.services.reader import lsm_scanner as build_scanner
+from memwal_core.services.result import ServiceResult
 from memwal_core.table import MemWalTable
 
 Key = tuple[Any, ...]
 
 
-@dataclass(frozen=True)
-class ConsistencyResult:
-    """The comparison at one table version; `passed` only if every probe agreed."""
+# Mismatches shown in the JSON: one broken generation can mismatch every probe.
+MISMATCHES_SHOWN = 20
 
-    table: str
-    table_version: int
+
+@dataclass(frozen=True)
+class ConsistencyResult(ServiceResult):
+    """The comparison at one table version (`read_version`); `passed` only if every probe agreed."""
+
+    DEPRECATED_NAMES: ClassVar[Mapping[str, str]] = {"table_version": "read_version"}
+
     expected_rows: int
     lsm_rows: int
     sampled_keys: int
     mismatches: list[str]
-    seconds: float
 
     @property
     def passed(self) -> bool:
         return not self.mismatches
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "table_version": self.table_version,
-            "passed": self.passed,
-            "expected_rows": self.expected_rows,
-            "lsm_rows": self.lsm_rows,
-            "sampled_keys": self.sampled_keys,
-            "mismatches": self.mismatches[:20],
-            "seconds": round(self.seconds, 3),
-        }
+    def computed_json(self) -> dict[str, Any]:
+        return {"passed": self.passed, "mismatches": self.mismatches[:MISMATCHES_SHOWN]}
 
 
 def _keys(rows: pa.Table, primary_key: list[str]) -> list[Key]:
@@ -75,13 +71,13 @@ def check_consistency(table: MemWalTable, *, sample: int = 64, seed: int | None 
         return _compare(table, plan, sample=sample, seed=seed, started=started)
     except (MemwalError, OSError, ValueError) as exc:
         return ConsistencyResult(
-            table.uri,
-            plan.table_version,
-            0,
-            0,
-            0,
-            [f"LSM read failed: {first_line(exc)}"],
-            time.perf_counter() - started,
+            table=table.uri,
+            read_version=plan.table_version,
+            seconds=time.perf_counter() - started,
+            expected_rows=0,
+            lsm_rows=0,
+            sampled_keys=0,
+            mismatches=[f"LSM read failed: {first_line(exc)}"],
         )
 
 
@@ -138,13 +134,13 @@ def _compare(
         if actual != expected:
             mismatches.append(f"key {key}: LSM lookup gives {actual}, expected {expected}")
     return ConsistencyResult(
-        table.uri,
-        plan.table_version,
-        expected_rows,
-        lsm_rows,
-        len(probes),
-        mismatches,
-        time.perf_counter() - started,
+        table=table.uri,
+        read_version=plan.table_version,
+        seconds=time.perf_counter() - started,
+        expected_rows=expected_rows,
+        lsm_rows=lsm_rows,
+        sampled_keys=len(probes),
+        mismatches=mismatches,
     )
 
 

@@ -34,11 +34,21 @@ from memwal_core.format.naming import MEM_WAL_DIR
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.details_lease import details_lease
 from memwal_core.model.indexes import MaintainedIndexes, read_maintained
+from memwal_core.services.result import Failure
 from memwal_core.services.snapshot.details_commit import ProgressRepair, commit_details
 from memwal_core.table import MemWalTable
 
-# {index: [(region, generation), ...]}: flushed generations an index to be listed does not cover yet.
-Uncovered = dict[str, list[tuple[str, int]]]
+
+@dataclass(frozen=True)
+class FlushedGeneration:
+    """One flushed generation of one region."""
+
+    region: str
+    generation: int
+
+
+# {index: [generation, ...]}: flushed generations an index to be listed does not cover yet.
+Uncovered = dict[str, list[FlushedGeneration]]
 
 
 @dataclass(frozen=True)
@@ -46,44 +56,16 @@ class ListUpdate:
     """Names added to and removed from the list; `table_version` None when nothing was committed.
 
     `waiting`: new indexes not listed yet, with the generations they do not cover.
+    `unreadable_regions`: regions whose manifest cannot be read: coverage there is
+    unknown, so new indexes wait.
     """
 
     added: list[str]
     removed: list[str]
     waiting: Uncovered = dataclasses.field(default_factory=dict)
     table_version: int | None = None
-    repairs: list[ProgressRepair] = dataclasses.field(default_factory=list)
-    # Regions whose manifest cannot be read: coverage there is unknown, so new indexes wait.
-    unreadable: dict[str, str] = dataclasses.field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "added": self.added,
-            "removed": self.removed,
-            "waiting": {
-                name: [{"region": r, "generation": g} for r, g in gens] for name, gens in self.waiting.items()
-            },
-            "table_version": self.table_version,
-            "progress_repairs": [dataclasses.asdict(r) for r in self.repairs],
-            "unreadable_regions": [{"region": r, "error": e} for r, e in self.unreadable.items()],
-        }
-
-    def to_text(self) -> list[str]:
-        lines = []
-        if self.added or self.removed:
-            change = " ".join([*(f"+{n}" for n in self.added), *(f"-{n}" for n in self.removed)])
-            where = "(dry run)" if self.table_version is None else f"at table v{self.table_version}"
-            lines.append(f"  maintained_indexes list {change} {where}")
-        for name, gens in self.waiting.items():
-            lines.append(
-                f"  {name}  not listed yet: {len(gens)} flushed generation(s) lack it "
-                f"(region {gens[0][0]} generation {gens[0][1]}, ...); merge, then catch up again"
-            )
-        lines.extend(
-            f"  region {region}: new indexes wait, its manifest cannot be read ({error})"
-            for region, error in self.unreadable.items()
-        )
-        return lines
+    progress_repairs: list[ProgressRepair] = dataclasses.field(default_factory=list)
+    unreadable_regions: list[Failure] = dataclasses.field(default_factory=list)
 
 
 def _generation_indexes(table: MemWalTable, region: str, path: str) -> set[str] | None:
@@ -98,7 +80,7 @@ def _generation_indexes(table: MemWalTable, region: str, path: str) -> set[str] 
         return None
 
 
-def _readable_regions(table: MemWalTable) -> tuple[dict[str, RegionManifest | None], dict[str, str]]:
+def _readable_regions(table: MemWalTable) -> tuple[dict[str, RegionManifest | None], list[Failure]]:
     """Every region's latest manifest, and the error of each region whose manifest cannot be read."""
 
     def read(region: str) -> RegionManifest | MemwalError | None:
@@ -108,11 +90,11 @@ def _readable_regions(table: MemWalTable) -> tuple[dict[str, RegionManifest | No
             return exc
 
     manifests: dict[str, RegionManifest | None] = {}
-    unreadable: dict[str, str] = {}
+    unreadable: list[Failure] = []
     ids = table.region_ids()
     for region, found in zip(ids, table.store.map(read, ids), strict=True):
         if isinstance(found, MemwalError):
-            unreadable[region] = str(found)
+            unreadable.append(Failure.of(found, region))
         else:
             manifests[region] = found
     return manifests, unreadable
@@ -120,14 +102,14 @@ def _readable_regions(table: MemWalTable) -> tuple[dict[str, RegionManifest | No
 
 def uncovered_generations(
     table: MemWalTable, details: IndexDetails, names: list[str]
-) -> tuple[Uncovered, dict[str, str]]:
+) -> tuple[Uncovered, list[Failure]]:
     """For each of `names`, the flushed generations above `min(merged, caught_up)` that lack it,
     and the regions whose manifest cannot be read (where coverage is unknown).
 
     Every such generation is opened once, in parallel.
     """
     if not names:
-        return {}, {}
+        return {}, []
     manifests, unreadable = _readable_regions(table)
     visits: list[tuple[str, int, str, list[str]]] = []
     for region, manifest in sorted(manifests.items()):
@@ -145,7 +127,7 @@ def uncovered_generations(
     for (region, generation, _path, visited), has in zip(visits, carried, strict=True):
         for name in visited:
             if name not in has:
-                found.setdefault(name, []).append((region, generation))
+                found.setdefault(name, []).append(FlushedGeneration(region, generation))
     return {name: found[name] for name in names if name in found}, unreadable
 
 
@@ -175,12 +157,12 @@ def update_maintained_list(table: MemWalTable, *, dry_run: bool = False) -> List
     target = _target(rule, held_back)
     if dry_run or target == rule.listed:
         added = [n for n in rule.list_added if n not in held_back]
-        return ListUpdate(added, rule.list_removed, waiting, unreadable=unreadable)
+        return ListUpdate(added, rule.list_removed, waiting, unreadable_regions=unreadable)
     with details_lease(table.store) as lease:
         dataset, details, rule = _read(table)
         target = _target(rule, held_back | (set(rule.list_added) - checked))
         if target == rule.listed:
-            return ListUpdate([], [], waiting, unreadable=unreadable)
+            return ListUpdate([], [], waiting, unreadable_regions=unreadable)
         message = details.to_proto()
         del message.maintained_indexes[:]
         message.maintained_indexes.extend(target)

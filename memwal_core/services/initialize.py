@@ -13,13 +13,16 @@ search works on the table from the start.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
 from memwal_core.errors import BadInputError, MemwalError, MemWalNotEnabledError, SchemaError
 from memwal_core.services.index_list import update_maintained_list
+from memwal_core.services.result import ServiceResult
 from memwal_core.table import PK_META, PK_POSITION_META, MemWalTable, primary_key_of
 
 
@@ -58,29 +61,24 @@ class RegionSpecChoice:
 
 
 @dataclass(frozen=True)
-class InitResult:
-    table: str
-    version: int
-    primary_key: list[str]
-    regions_spec: dict[str, Any]
-    maintained_indexes: list[str]
+class InitResult(ServiceResult):
+    """MemWAL as `init` left it: `new_version` is the table with its MemWAL index (and list)."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "version": self.version,
-            "primary_key": self.primary_key,
-            "region_spec": self.regions_spec,
-            "maintained_indexes": self.maintained_indexes,
-        }
+    DEPRECATED_NAMES: ClassVar[Mapping[str, str]] = {"version": "new_version"}
+
+    primary_key: list[str]
+    region_spec: dict[str, Any]
+    maintained_indexes: list[str]
 
 
 def initialize(table: MemWalTable, primary_key: list[str], spec: RegionSpecChoice) -> InitResult:
     """Mark `primary_key` on the schema if needed, then initialise MemWAL."""
+    started = time.perf_counter()
     spec.validate()
     if not primary_key:
         raise BadInputError("--primary-key names no column")
     dataset = table.dataset()
+    read_version = dataset.version
     try:
         table.index_details(dataset.version)
     except MemWalNotEnabledError:
@@ -134,8 +132,10 @@ def initialize(table: MemWalTable, primary_key: list[str], spec: RegionSpecChoic
     details = dict(dataset.mem_wal_index_details() or {})
     return InitResult(
         table=table.uri,
-        version=dataset.version,
+        read_version=read_version,
+        new_version=dataset.version,
+        seconds=time.perf_counter() - started,
         primary_key=primary_key_of(dataset.schema),
-        regions_spec=details,
+        region_spec=details,
         maintained_indexes=list(details.get("maintained_indexes", [])),
     )

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from memwal_core.errors import BadInputError, NotFoundError
+from memwal_core.services.result import ServiceResult
 from memwal_core.table import MemWalTable
 
 MIN_AGE = timedelta(hours=1)
@@ -45,45 +47,23 @@ def parse_duration(text: str) -> timedelta:
 
 
 @dataclass(frozen=True)
-class RetentionResult:
-    table: str
+class RetentionResult(ServiceResult):
+    """The versions one retention run removed (`removed`) and kept; `new_version` is a rebuilt snapshot's."""
+
+    DEPRECATED_NAMES: ClassVar[Mapping[str, str]] = {"removed_versions": "removed"}
+
     older_than_seconds: float
     keep_versions: int | None
     versions_before: int
-    removed_versions: list[int]
-    oldest_retained: int
+    removed: list[int]
+    oldest_retained_version: int
     tagged_versions: list[int]
     bytes_removed: int
     data_files_removed: int
     snapshot_rebuilt: bool
-    seconds: float
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "older_than_seconds": self.older_than_seconds,
-            "keep_versions": self.keep_versions,
-            "versions_before": self.versions_before,
-            "removed_versions": self.removed_versions,
-            "versions_removed": len(self.removed_versions),
-            "oldest_retained_version": self.oldest_retained,
-            "tagged_versions": self.tagged_versions,
-            "bytes_removed": self.bytes_removed,
-            "data_files_removed": self.data_files_removed,
-            "snapshot_rebuilt": self.snapshot_rebuilt,
-            "seconds": round(self.seconds, 4),
-        }
-
-    def to_text(self) -> str:
-        lines = [
-            f"retention of {self.table}: removed {len(self.removed_versions)} version(s), "
-            f"{self.bytes_removed} bytes; oldest retained version {self.oldest_retained}"
-        ]
-        if self.tagged_versions:
-            lines.append(f"  tagged versions kept: {self.tagged_versions}")
-        if self.snapshot_rebuilt:
-            lines.append("  the region snapshot file went with its version; rebuilt it")
-        return "\n".join(lines)
+    def computed_json(self) -> dict[str, Any]:
+        return {"versions_removed": len(self.removed)}
 
 
 def _snapshot_file_gone(table: MemWalTable) -> bool:
@@ -129,20 +109,23 @@ def retain(
     )
     after = table.version_numbers()
     rebuilt = _snapshot_file_gone(table)
+    snapshot_version = None
     if rebuilt:
         from memwal_core.services.snapshot.service import build_snapshot
 
-        build_snapshot(table)
+        snapshot_version = build_snapshot(table).new_version
     return RetentionResult(
         table=table.uri,
+        read_version=dataset.version,
+        new_version=snapshot_version,
+        seconds=time.perf_counter() - started,
         older_than_seconds=older_than.total_seconds(),
         keep_versions=keep_versions,
         versions_before=len(before),
-        removed_versions=sorted(set(before) - set(after)),
-        oldest_retained=after[0] if after else 0,
+        removed=sorted(set(before) - set(after)),
+        oldest_retained_version=after[0] if after else 0,
         tagged_versions=tagged,
         bytes_removed=int(stats.bytes_removed),
         data_files_removed=int(stats.data_files_removed),
         snapshot_rebuilt=rebuilt,
-        seconds=time.perf_counter() - started,
     )

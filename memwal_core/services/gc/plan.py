@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from memwal_core.errors import MemwalError, MemWalNotEnabledError, NotFoundError
@@ -33,7 +33,7 @@ from memwal_core.services.gc.rules import (
     region_bounds,
 )
 from memwal_core.services.gc.wal import plan_wal
-from memwal_core.services.merge.plan import RegionFailure
+from memwal_core.services.result import Failure
 from memwal_core.table import MemWalTable
 
 REGION_THREADS = 8
@@ -49,13 +49,9 @@ class GenerationDir:
     # Listed by no manifest version we can still read: a failed flush, not a pruned generation.
     orphan: bool = False
 
-    def to_json(self, table: MemWalTable) -> dict[str, Any]:
-        return {
-            "region": self.region,
-            "generation": self.generation,
-            "path": table.store.describe(f"{MEM_WAL_DIR}/{self.region}/{self.path}"),
-            "orphan": self.orphan,
-        }
+    def described(self, table: MemWalTable) -> GenerationDir:
+        """This directory with its full URI as `path`, for reports (which hold no table)."""
+        return replace(self, path=table.store.describe(f"{MEM_WAL_DIR}/{self.region}/{self.path}"))
 
 
 @dataclass(frozen=True)
@@ -66,14 +62,6 @@ class KeptGeneration:
     generation: int
     path: str
     reason: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "region": self.region,
-            "generation": self.generation,
-            "path": self.path,
-            "reason": self.reason,
-        }
 
 
 @dataclass(frozen=True)
@@ -115,7 +103,7 @@ class GcPlan:
     maintained_indexes: tuple[str, ...]
     retained_versions: tuple[int, ...]
     regions: tuple[RegionGcPlan, ...]
-    failures: tuple[RegionFailure, ...] = ()
+    failures: tuple[Failure, ...] = ()
     # Abandoned `_memwal_staging/` files (path, size), older than the policy's staging age.
     stale_staging: tuple[tuple[str, int], ...] = ()
 
@@ -275,14 +263,14 @@ def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -
     retained_versions, retained = retained_progress(table, dataset)
     regions = table.region_ids()
 
-    def plan_one(region: str) -> RegionGcPlan | RegionFailure | None:
+    def plan_one(region: str) -> RegionGcPlan | Failure | None:
         bounds = region_bounds(
             region, details.merged_generation(region), details.index_catchup, indexes, retained
         )
         try:
             return plan_region(table, region, bounds, policy, now)
         except MemwalError as exc:
-            return RegionFailure(region, str(exc), exc.exit_code)
+            return Failure.of(exc, region)
 
     # Regions get their own threads: planning one uses the store's I/O pool itself.
     with ThreadPoolExecutor(REGION_THREADS, thread_name_prefix="memwal-gc") as pool:
@@ -295,6 +283,6 @@ def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -
         maintained_indexes=tuple(indexes),
         retained_versions=tuple(retained_versions),
         regions=tuple(o for o in outcomes if isinstance(o, RegionGcPlan)),
-        failures=tuple(o for o in outcomes if isinstance(o, RegionFailure)),
+        failures=tuple(o for o in outcomes if isinstance(o, Failure)),
         stale_staging=stale_staging(table, policy, now),
     )

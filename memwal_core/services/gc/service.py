@@ -9,40 +9,47 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from memwal_core.errors import MemwalError
 from memwal_core.services.gc.execute import RegionGcOutcome, execute_region
-from memwal_core.services.gc.plan import REGION_THREADS, GcPlan, plan_gc
+from memwal_core.services.gc.plan import REGION_THREADS, GcPlan, GenerationDir, plan_gc
 from memwal_core.services.gc.rules import GcPolicy
-from memwal_core.services.merge.plan import RegionFailure
+from memwal_core.services.result import NOT_IN_JSON, Failure, ServiceResult
 from memwal_core.table import MemWalTable
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class GcResult:
-    """The outcome of one GC run (or, for a dry run, what it would do)."""
+def _done_regions(plan: GcPlan, outcomes: list[RegionGcOutcome], dry_run: bool) -> list[str]:
+    """Regions whose plan ran (all of them in a dry run, as if it had)."""
+    return [p.region for p in plan.regions] if dry_run else [o.region for o in outcomes]
 
-    table: MemWalTable = field(repr=False)
-    plan: GcPlan
-    dry_run: bool
-    outcomes: list[RegionGcOutcome]
-    failures: list[RegionFailure]
+
+@dataclass(frozen=True)
+class GcResult(ServiceResult):
+    """The outcome of one GC run (or, for a dry run, what it would do); it commits no table version.
+
+    `deleted` names each directory by its full URI, so the result needs no table to be read.
+    """
+
+    DEPRECATED_NAMES: ClassVar[Mapping[str, str]] = {"table_version": "read_version"}
+
+    plan: GcPlan = field(repr=False, metadata=NOT_IN_JSON)
+    outcomes: list[RegionGcOutcome] = field(metadata=NOT_IN_JSON)
+    deleted: list[GenerationDir]
     seconds_plan: float
     seconds_execute: float
     requests: dict[str, int]
 
     @property
     def done_regions(self) -> list[str]:
-        """Regions whose plan ran (all of them in a dry run, as if it had)."""
-        return [p.region for p in self.plan.regions] if self.dry_run else [o.region for o in self.outcomes]
+        return _done_regions(self.plan, self.outcomes, self.dry_run)
 
-    def to_json(self) -> dict[str, Any]:
+    def computed_json(self) -> dict[str, Any]:
         done = set(self.done_regions)
         pruned_in = {o.region: o.pruned_in_version for o in self.outcomes}
         plans = [p for p in self.plan.regions if p.region in done]
@@ -50,13 +57,9 @@ class GcResult:
         for p in self.plan.regions:
             wal_kept.update(dict(p.wal_kept))
         return {
-            "table": self.plan.table_uri,
-            "dry_run": self.dry_run,
-            "table_version": self.plan.table_version,
             "grace_seconds": self.plan.policy.grace_seconds,
             "maintained_indexes": list(self.plan.maintained_indexes),
             "retained_versions": len(self.plan.retained_versions),
-            "deleted": [d.to_json(self.table) for p in plans for d in p.deleted_dirs],
             # `manifest_version`: the version that dropped it (None in a dry run, or when found already dropped).
             "pruned": [
                 {
@@ -68,7 +71,7 @@ class GcResult:
                 for p in plans
                 for d in p.prune
             ],
-            "kept": [k.to_json() for p in self.plan.regions for k in p.kept],
+            "kept": [k for p in self.plan.regions for k in p.kept],
             "wal_entries": {
                 "deleted": sum(len(p.wal_delete) for p in plans),
                 "kept": dict(sorted(wal_kept.items())),
@@ -80,26 +83,7 @@ class GcResult:
             + (0 if self.dry_run else len(self.plan.stale_staging)),
             "bytes_deleted": sum(o.bytes_deleted for o in self.outcomes)
             + (0 if self.dry_run else sum(size for _path, size in self.plan.stale_staging)),
-            "failures": [{"region": f.region, "error": f.error} for f in self.failures],
-            "seconds_plan": round(self.seconds_plan, 4),
-            "seconds_execute": round(self.seconds_execute, 4),
-            "requests": self.requests,
         }
-
-    def to_text(self) -> str:
-        payload = self.to_json()
-        verb = "would delete" if self.dry_run else "deleted"
-        reasons = Counter(k["reason"] for k in payload["kept"])
-        lines = [
-            f"gc of {self.plan.table_uri}{' [dry run]' if self.dry_run else ''} (grace {self.plan.policy.grace_seconds:g} s)",
-            f"  {verb} {len(payload['deleted'])} generation directories, "
-            f"{payload['wal_entries']['deleted']} WAL entries, {payload['manifest_versions_deleted']} manifest versions; "
-            f"{'would prune' if self.dry_run else 'pruned'} {len(payload['pruned'])} generations from region manifests",
-        ]
-        if reasons:
-            lines.append("  kept: " + ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())))
-        lines.extend(f"  {f.region}  FAILED: {f.error}" for f in self.failures)
-        return "\n".join(lines)
 
 
 def gc(
@@ -113,7 +97,7 @@ def gc(
 
     Example:
         >>> with MemWalTable.open("demo/table") as table:  # doctest: +SKIP
-        ...     print(gc(table, dry_run=False, policy=GcPolicy(grace_seconds=0)).to_text())
+        ...     print(gc(table, dry_run=False, policy=GcPolicy(grace_seconds=0)).to_json()["deleted"])
     """
     policy = policy or GcPolicy()
     table.store.stats.reset()
@@ -135,7 +119,7 @@ def gc(
                 try:
                     outcome = future.result()
                 except MemwalError as exc:
-                    failures.append(RegionFailure(region, str(exc), exc.exit_code))
+                    failures.append(Failure.of(exc, region))
                     continue
                 outcomes.append(outcome)
                 log.info(
@@ -150,13 +134,18 @@ def gc(
         if plan.stale_staging:
             table.store.delete_many([path for path, _size in plan.stale_staging])
             log.info("%d abandoned staging file(s) deleted", len(plan.stale_staging))
+    ran = set(_done_regions(plan, outcomes, dry_run))
+    finished = time.perf_counter()
     return GcResult(
-        table=table,
-        plan=plan,
+        table=table.uri,
+        read_version=plan.table_version,
         dry_run=dry_run,
-        outcomes=outcomes,
         failures=failures,
+        seconds=finished - started,
+        plan=plan,
+        outcomes=outcomes,
+        deleted=[d.described(table) for p in plan.regions if p.region in ran for d in p.deleted_dirs],
         seconds_plan=planned - started,
-        seconds_execute=time.perf_counter() - planned,
+        seconds_execute=finished - planned,
         requests=table.store.stats.snapshot(),
     )

@@ -11,46 +11,31 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from memwal_core.errors import BadInputError
 from memwal_core.model.routing import region_spec_of
 from memwal_core.services.ingest.sources import Ingested, SourceFiles, resolve_sources
+from memwal_core.services.result import ServiceResult
 from memwal_core.services.writer import MemWalWriter, WriterOptions
 from memwal_core.table import MemWalTable
 
 
-@dataclass
-class IngestResult:
-    """What an ingestion read and wrote, per region."""
+@dataclass(frozen=True)
+class RegionRows:
+    region: str
+    rows: int
 
-    table: str
+
+@dataclass(frozen=True)
+class IngestResult(ServiceResult):
+    """What an ingestion read and wrote, per region; rows go to the regions' WALs, so no table version."""
+
     engine: str
     files: int
-    rows_read: int = 0
-    rows_written: int = 0
-    regions: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "engine": self.engine,
-            "files": self.files,
-            "rows_read": self.rows_read,
-            "rows_written": self.rows_written,
-            "regions": [{"region": r, "rows": n} for r, n in sorted(self.regions.items())],
-            "seconds": round(self.seconds, 3),
-        }
-
-    def to_text(self) -> str:
-        lines = [
-            f"ingested {self.rows_written:,} row(s) from {self.files} file(s) into "
-            f"{len(self.regions)} region(s) of {self.table} ({self.engine}, {self.seconds:.1f} s)"
-        ]
-        lines += [f"  {region}  {rows:,} row(s)" for region, rows in sorted(self.regions.items())]
-        return "\n".join(lines)
+    rows_read: int
+    rows_written: int
+    regions: list[RegionRows]
 
 
 def _write_local(table: MemWalTable, sources: SourceFiles, options: WriterOptions) -> Ingested:
@@ -94,10 +79,11 @@ def ingest(
         done = write_spark(table, sources, options, master=spark_master)
     return IngestResult(
         table=table.uri,
+        read_version=table.latest.version,
+        seconds=time.monotonic() - started,
         engine=engine,
         files=len(sources.files),
         rows_read=done.rows_read,
         rows_written=done.rows_written,
-        regions=done.regions,
-        seconds=time.monotonic() - started,
+        regions=[RegionRows(region, rows) for region, rows in sorted(done.regions.items())],
     )

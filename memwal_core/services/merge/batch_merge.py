@@ -41,8 +41,9 @@ from memwal_core.services.merge.commit import (
     commit_checked,
 )
 from memwal_core.services.merge.engine import MergeEngine
-from memwal_core.services.merge.plan import RegionFailure, RegionMergePlan
+from memwal_core.services.merge.plan import RegionMergePlan
 from memwal_core.services.merge.result import BatchResult, RegionMergeResult
+from memwal_core.services.result import Failure
 from memwal_core.storage.retry import RetryPolicy
 from memwal_core.table import MemWalTable
 
@@ -67,7 +68,7 @@ class BatchOutcome:
     """What became of each region of a batch."""
 
     merged: list[RegionMergeResult] = field(default_factory=list)
-    failures: list[RegionFailure] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
     busy: list[str] = field(default_factory=list)
     # Regions another merger took past this batch's target: nothing left for us in this round.
     overtaken: list[str] = field(default_factory=list)
@@ -75,7 +76,7 @@ class BatchOutcome:
 
     def fail(self, region: str, error: MemwalError) -> None:
         """Record a failed region (its one-line error is printed by whoever reports the round)."""
-        self.failures.append(RegionFailure(region, str(error), error.exit_code))
+        self.failures.append(Failure.of(error, region))
 
 
 def _is_retryable_conflict(exc: BaseException) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 from memwal_core.errors import BadInputError, CorruptMetadataError, MemwalError, NotFoundError
 from memwal_core.format.naming import MEM_WAL_DIR
 from memwal_core.format.regions import RegionManifest
+from memwal_core.services.result import Failure, to_jsonable
 from memwal_core.storage.object_store import absolute_uri
 from memwal_core.table import MemWalTable
 
@@ -75,27 +76,14 @@ class RegionMergePlan:
         rest = tuple(g for g in self.generations if g.generation > merged)
         return replace(self, merged_before=merged, generations=rest) if rest else None
 
-    def to_json(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
+        """What a dry run shows of it: generation numbers, not their sources."""
         return {
             "region": self.region,
             "merged_generation": self.merged_before,
             "manifest_version": self.manifest_version,
             "generations": [g.generation for g in self.generations],
         }
-
-
-@dataclass(frozen=True)
-class RegionFailure:
-    """A region that could not be planned or merged, and why (one line)."""
-
-    region: str
-    error: str
-    exit_code: int = 1
-
-    @property
-    def message(self) -> str:
-        """The error as one line that names the region (most errors already do, in their object's path)."""
-        return self.error if self.region in self.error else f"region {self.region}: {self.error}"
 
 
 @dataclass(frozen=True)
@@ -106,15 +94,16 @@ class MergePlan:
     table_version: int
     primary_key: tuple[str, ...]
     regions: tuple[RegionMergePlan, ...]
-    failures: tuple[RegionFailure, ...] = ()
+    failures: tuple[Failure, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
+        """What a dry run shows of it (the `plan` of `merge --dry-run --json`)."""
         return {
             "table": self.table_uri,
             "table_version": self.table_version,
             "primary_key": list(self.primary_key),
-            "regions": [r.to_json() for r in self.regions],
-            "failures": [{"region": f.region, "error": f.error} for f in self.failures],
+            "regions": [r.summary() for r in self.regions],
+            "failures": to_jsonable(self.failures),
         }
 
 
@@ -176,7 +165,7 @@ def plan_merge(
         if unknown:
             raise NotFoundError(f"table {table.uri} has no region {unknown[0]}")
     plans: list[RegionMergePlan] = []
-    failures: list[RegionFailure] = []
+    failures: list[Failure] = []
     ids = wanted if wanted is not None else table.region_ids()
 
     def plan_one(region: str) -> RegionMergePlan | MemwalError | None:
@@ -191,7 +180,7 @@ def plan_merge(
 
     for region, outcome in sorted(zip(ids, table.store.map(plan_one, ids), strict=True)):
         if isinstance(outcome, MemwalError):
-            failures.append(RegionFailure(region, str(outcome), outcome.exit_code))
+            failures.append(Failure.of(outcome, region))
         elif outcome is not None:
             plans.append(outcome)
     return MergePlan(table.uri, dataset.version, primary_key, tuple(measured(table, plans)), tuple(failures))

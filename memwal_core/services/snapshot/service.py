@@ -14,13 +14,15 @@ import dataclasses
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 
 from memwal_core.errors import AlreadyExistsError, StorageError
 from memwal_core.format.naming import region_snapshot_path
 from memwal_core.format.region_snapshot import encode, region_field_types, to_arrow
 from memwal_core.model.details_lease import DEFAULT_DETAILS_LEASE_TTL, details_lease
+from memwal_core.services.result import ServiceResult
 from memwal_core.services.snapshot.details_commit import ProgressRepair, commit_details
 from memwal_core.services.snapshot.plan import DEFAULT_INLINE_THRESHOLD, SnapshotPlan, plan_snapshot
 from memwal_core.table import MemWalTable
@@ -29,12 +31,14 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class SnapshotResult:
-    """What one snapshot build wrote."""
+class SnapshotResult(ServiceResult):
+    """What one snapshot build wrote; `new_version` is the commit of the new details."""
 
-    table: str
-    table_version: int
-    read_version: int
+    DEPRECATED_NAMES: ClassVar[Mapping[str, str]] = {
+        "table_version": "new_version",
+        "seconds_total": "seconds",
+    }
+
     regions: int
     storage: str
     path: str | None
@@ -42,44 +46,10 @@ class SnapshotResult:
     snapshot_ts_millis: int
     stale_wal_hints: int
     refreshed_hints: list[str]
-    repairs: list[ProgressRepair]
+    progress_repairs: list[ProgressRepair]
     seconds_read: float
     seconds_commit: float
-    seconds_total: float
     requests: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "table_version": self.table_version,
-            "read_version": self.read_version,
-            "regions": self.regions,
-            "storage": self.storage,
-            "path": self.path,
-            "snapshot_bytes": self.snapshot_bytes,
-            "snapshot_ts_millis": self.snapshot_ts_millis,
-            "stale_wal_hints": self.stale_wal_hints,
-            "refreshed_hints": self.refreshed_hints,
-            "progress_repairs": [dataclasses.asdict(r) for r in self.repairs],
-            "seconds_read": round(self.seconds_read, 4),
-            "seconds_commit": round(self.seconds_commit, 4),
-            "seconds_total": round(self.seconds_total, 4),
-            "requests": self.requests,
-        }
-
-    def to_text(self) -> str:
-        where = self.path or "inline in the index details"
-        lines = [
-            f"snapshot of {self.table}: {self.regions} region(s), {self.snapshot_bytes} bytes, {where}, "
-            f"table v{self.table_version}  ({self.seconds_total:.2f} s)",
-            f"  {self.stale_wal_hints} stale WAL hint(s), {len(self.refreshed_hints)} refreshed",
-        ]
-        for r in self.repairs:
-            lines.append(
-                f"  REPAIRED region {r.region}: progress had gone from {r.expected} to {r.found}; "
-                f"restored at table v{r.table_version}"
-            )
-        return "\n".join(lines)
 
 
 def _refresh_hint(table: MemWalTable, region: str, position: int) -> int | None:
@@ -166,8 +136,9 @@ def build_snapshot(
     finished = time.perf_counter()
     return SnapshotResult(
         table=table.uri,
-        table_version=commit.table_version,
         read_version=int(dataset.version),
+        new_version=commit.table_version,
+        seconds=finished - started,
         regions=len(rows),
         storage="inline" if plan.inline else "file",
         path=path,
@@ -175,9 +146,8 @@ def build_snapshot(
         snapshot_ts_millis=plan.read_at_millis,
         stale_wal_hints=len(plan.stale_wal_hints),
         refreshed_hints=refreshed,
-        repairs=commit.repairs,
+        progress_repairs=commit.repairs,
         seconds_read=read_done - started,
         seconds_commit=finished - read_done,
-        seconds_total=finished - started,
         requests=table.store.stats.snapshot(),
     )

@@ -1,0 +1,211 @@
+"""Service results as text for people: what `memwal` prints without `--json`.
+
+The services return data only (`ServiceResult`); how it reads on a terminal is
+the command's business, one function per result type. Dagster's run logs use
+the same lines.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import singledispatch
+
+from memwal_core.services.catchup import CatchupResult
+from memwal_core.services.compact import CompactionResult
+from memwal_core.services.gc.service import GcResult
+from memwal_core.services.index_list import ListUpdate
+from memwal_core.services.ingest.service import IngestResult
+from memwal_core.services.initialize import InitResult
+from memwal_core.services.merge.result import MergeResult
+from memwal_core.services.result import ServiceResult
+from memwal_core.services.retain import RetentionResult
+from memwal_core.services.snapshot.service import SnapshotResult
+from memwal_core.services.status import TableStatus
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 fragment`, `2 fragments`."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def generation_range(generations: list[int]) -> str:
+    """`3` for one generation, `3..5` for several."""
+    return str(generations[0]) if len(generations) == 1 else f"{generations[0]}..{generations[-1]}"
+
+
+def dry_run_mark(result: ServiceResult) -> str:
+    return " [dry run]" if result.dry_run else ""
+
+
+@singledispatch
+def render(result: ServiceResult) -> str:
+    """The text form of a service result."""
+    raise TypeError(f"no text form for {type(result).__name__}")
+
+
+@render.register
+def _status(result: TableStatus) -> str:
+    lines = [
+        f"table {result.table}  version {result.read_version}  "
+        f"primary key {', '.join(result.primary_key) or '(none)'}",
+        f"{len(result.regions)} region(s), {result.pending_total} pending generation(s)",
+    ]
+    for r in result.regions:
+        pending = ",".join(map(str, r.pending_generations)) or "-"
+        lines.append(
+            f"  {r.region}  manifest v{r.manifest_version}  epoch {r.writer_epoch}  "
+            f"merged {r.merged_generation}  flushed {len(r.flushed_generations)}  pending {pending}"
+            + ("  SEALED" if r.sealed else "")
+        )
+    for index, progress in sorted(result.index_catchup.items()):
+        caught = ", ".join(f"{region[:8]}:{g}" for region, g in sorted(progress.items())) or "-"
+        lines.append(f"  index {index}: caught up {caught}")
+    return "\n".join(lines)
+
+
+@render.register
+def _init(result: InitResult) -> str:
+    return (
+        f"MemWAL enabled on {result.table} (version {result.new_version}, primary key {result.primary_key}, "
+        f"maintained indexes {result.maintained_indexes or 'none'})"
+    )
+
+
+@render.register
+def _merge(result: MergeResult) -> str:
+    lines = [f"merge of {result.table} ({result.engine} engine){dry_run_mark(result)}"]
+    if result.dry_run and result.plan is not None:
+        for p in result.plan.regions:
+            lines.append(f"  {p.region}  would merge {[g.generation for g in p.generations]}")
+        for planned in result.planned_batches:
+            lines.append(
+                f"  batch {planned['batch']}: would commit {len(planned['regions'])} region(s), "
+                f"{planned['generations']} generation(s), {planned['rows']} rows"
+            )
+    for r in result.regions:
+        lines.append(
+            f"  {r.region}  merged {generation_range(r.merged_generations)}  "
+            f"upserted {r.rows_upserted}  deleted {r.rows_deleted}  table v{r.table_version}"
+        )
+    for b in result.batches:
+        lines.append(
+            f"  batch {b.batch}: {len(b.regions)} region(s), {b.rows_upserted} upserted, "
+            f"{b.rows_deleted} deleted in one commit ({b.seconds_commit:.2f} s) -> table v{b.table_version}"
+        )
+    for f in result.failures:
+        lines.append(f"  {f.region}  FAILED: {f.error}")
+    for region in result.busy_regions:
+        lines.append(f"  {region}  skipped: another merger holds it")
+    planned_any = result.dry_run and result.plan is not None and result.plan.regions
+    if not result.regions and not result.failures and not planned_any:
+        lines.append("  nothing to merge")
+    return "\n".join(lines)
+
+
+@render.register
+def _gc(result: GcResult) -> str:
+    payload = result.to_json()
+    verb = "would delete" if result.dry_run else "deleted"
+    reasons = Counter(k["reason"] for k in payload["kept"])
+    lines = [
+        f"gc of {result.table}{dry_run_mark(result)} (grace {result.plan.policy.grace_seconds:g} s)",
+        f"  {verb} {len(payload['deleted'])} generation directories, "
+        f"{payload['wal_entries']['deleted']} WAL entries, {payload['manifest_versions_deleted']} manifest versions; "
+        f"{'would prune' if result.dry_run else 'pruned'} {len(payload['pruned'])} generations from region manifests",
+    ]
+    if reasons:
+        lines.append("  kept: " + ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())))
+    lines.extend(f"  {f.region}  FAILED: {f.error}" for f in result.failures)
+    return "\n".join(lines)
+
+
+def _list_update(update: ListUpdate) -> list[str]:
+    lines = []
+    if update.added or update.removed:
+        change = " ".join([*(f"+{n}" for n in update.added), *(f"-{n}" for n in update.removed)])
+        where = "(dry run)" if update.table_version is None else f"at table v{update.table_version}"
+        lines.append(f"  maintained_indexes list {change} {where}")
+    for name, gens in update.waiting.items():
+        lines.append(
+            f"  {name}  not listed yet: {len(gens)} flushed generation(s) lack it "
+            f"(region {gens[0].region} generation {gens[0].generation}, ...); merge, then catch up again"
+        )
+    lines.extend(
+        f"  region {u.region}: new indexes wait, its manifest cannot be read ({u.error})"
+        for u in update.unreadable_regions
+    )
+    return lines
+
+
+@render.register
+def _catchup(result: CatchupResult) -> str:
+    lines = [f"catch-up of {result.table}: table v{result.read_version} -> v{result.version_after}"]
+    if result.dry_run and result.plan is not None:
+        lines[0] += " [dry run]"
+        for p in result.plan.indexes:
+            lines.append(f"  {p.index}  lag {sum(lag for _r, lag in p.lag)} generation(s)")
+    if result.maintained_list is not None:
+        lines += _list_update(result.maintained_list)
+    for r in result.indexes:
+        before, after = sum(r.lag_before.values()), sum(r.lag_after.values())
+        lines.append(f"  {r.index}  {r.method}  lag {before} -> {after} generation(s)  ({r.seconds:.2f} s)")
+    for name in result.plan.missing if result.plan else ():
+        lines.append(f"  {name}  listed as maintained but not on the table")
+    if result.plan is not None and not result.plan.indexes:
+        lines.append("  no maintained index")
+    return "\n".join(lines)
+
+
+@render.register
+def _snapshot(result: SnapshotResult) -> str:
+    where = result.path or "inline in the index details"
+    lines = [
+        f"snapshot of {result.table}: {result.regions} region(s), {result.snapshot_bytes} bytes, {where}, "
+        f"table v{result.new_version}  ({result.seconds:.2f} s)",
+        f"  {result.stale_wal_hints} stale WAL hint(s), {len(result.refreshed_hints)} refreshed",
+    ]
+    for r in result.progress_repairs:
+        lines.append(
+            f"  REPAIRED region {r.region}: progress had gone from {r.expected} to {r.found}; "
+            f"restored at table v{r.table_version}"
+        )
+    return "\n".join(lines)
+
+
+@render.register
+def _compaction(result: CompactionResult) -> str:
+    head = f"compaction of {result.table} ({result.engine} engine){dry_run_mark(result)}"
+    if not result.plan.tasks:
+        return f"{head}\n  nothing to compact ({plural(result.fragments_before, 'fragment')})"
+    verb = "would rewrite" if result.dry_run else "rewrote"
+    lines = [
+        head,
+        f"  {verb} {result.rows_rewritten} rows in {len(result.plan.tasks)} task(s): "
+        f"fragments {result.fragments_before} -> {result.fragments_after}, table v{result.version_after}",
+    ]
+    if result.plan.tasks_left_out:
+        lines.append(f"  {result.plan.tasks_left_out} task(s) left for the next run")
+    return "\n".join(lines)
+
+
+@render.register
+def _retention(result: RetentionResult) -> str:
+    lines = [
+        f"retention of {result.table}: removed {len(result.removed)} version(s), "
+        f"{result.bytes_removed} bytes; oldest retained version {result.oldest_retained_version}"
+    ]
+    if result.tagged_versions:
+        lines.append(f"  tagged versions kept: {result.tagged_versions}")
+    if result.snapshot_rebuilt:
+        lines.append("  the region snapshot file went with its version; rebuilt it")
+    return "\n".join(lines)
+
+
+@render.register
+def _ingest(result: IngestResult) -> str:
+    lines = [
+        f"ingested {result.rows_written:,} row(s) from {result.files} file(s) into "
+        f"{len(result.regions)} region(s) of {result.table} ({result.engine}, {result.seconds:.1f} s)"
+    ]
+    lines += [f"  {r.region}  {r.rows:,} row(s)" for r in result.regions]
+    return "\n".join(lines)

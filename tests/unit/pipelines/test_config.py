@@ -1,0 +1,135 @@
+"""The table list: every key typed and checked when it loads, every refusal one line naming file, table, key."""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from memwal_core.errors import BadInputError
+from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS
+from memwal_pipelines.config import TableConfig, load_tables
+
+
+def listing(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "tables.yaml"
+    path.write_text(body)
+    return str(path)
+
+
+def test_defaults_and_every_key_of_the_docstring_example(tmp_path: Path) -> None:
+    import memwal_pipelines.config as config
+
+    example = config.__doc__.split("```yaml\n")[1].split("```")[0]  # type: ignore[union-attr]
+    (table,) = load_tables(listing(tmp_path, example))
+    assert table.name == "events" and table.merge_engine == "spark" and table.retain_keep_versions is None
+    documented = {line.split(":")[0].strip(" -") for line in example.splitlines()[1:] if ":" in line}
+    assert documented == {f.name for f in fields(TableConfig)} - {"max_generations_per_merge"}
+    bare = TableConfig(name="t", uri="/t")
+    assert (bare.merge_engine, bare.gc_grace_seconds, bare.retain_older_than) == (
+        "local",
+        DEFAULT_GRACE_SECONDS,
+        "7d",
+    )
+    assert (bare.compaction_fragment_threshold, bare.compaction_max_tasks, bare.status_interval_seconds) == (
+        64,
+        8,
+        60.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("{name: x, uri: /t, colour: red}", "table x: unknown key 'colour'"),
+        (
+            "{name: x, uri: /t, gc_grace: 1}",
+            "table x: unknown key 'gc_grace' (did you mean 'gc_grace_seconds'?)",
+        ),
+        ("{name: x}", "table x: uri: missing (every table needs a name and a uri)"),
+        ("{uri: /t}", "table #1: name: missing"),
+        (
+            "{name: 'bad-name', uri: /t}",
+            "table bad-name: name: 'bad-name' must be letters, digits and underscores",
+        ),
+        (
+            "{name: x, uri: /t, merge_engine: flink}",
+            "table x: merge_engine: Input should be 'local' or 'spark'",
+        ),
+        (
+            "{name: x, uri: /t, max_batch_rows: 0}",
+            "table x: max_batch_rows: --max-batch-rows must be at least 1",
+        ),
+        (
+            "{name: x, uri: /t, max_batch_bytes: 0}",
+            "table x: max_batch_bytes: --max-batch-bytes must be at least 1",
+        ),
+        (
+            "{name: x, uri: /t, gc_grace_seconds: -1}",
+            "table x: gc_grace_seconds: --grace-seconds must be 0 or more",
+        ),
+        (
+            "{name: x, uri: /t, status_interval_seconds: -1}",
+            "table x: status_interval_seconds: must be a number >= 0",
+        ),
+        (
+            "{name: x, uri: /t, status_interval_seconds: .inf}",
+            "table x: status_interval_seconds: must be a number",
+        ),
+        (
+            "{name: x, uri: /t, status_interval_seconds: '60'}",
+            "table x: status_interval_seconds: Input should be a valid number",
+        ),
+        (
+            "{name: x, uri: /t, retain_older_than: 30m}",
+            "table x: retain_older_than: must be at least 1:00:00, not 30m",
+        ),
+        (
+            "{name: x, uri: /t, retain_older_than: 90}",
+            "table x: retain_older_than: duration '90' is not a number with a unit",
+        ),
+        (
+            "{name: x, uri: /t, compaction_fragment_threshold: 1}",
+            "table x: compaction_fragment_threshold: must be at least 2",
+        ),
+        ("{name: x, uri: /t, compaction_max_tasks: 0}", "table x: compaction_max_tasks: must be at least 1"),
+        ("{name: x, uri: /t, max_index_lag: 2.5}", "table x: max_index_lag: Input should be a valid integer"),
+        (
+            "{name: x, uri: /t, max_backlog_generations: true}",
+            "table x: max_backlog_generations: Input should be a valid integer",
+        ),
+        ("[x, y]", "table #1: not a mapping of keys to values"),
+    ],
+)
+def test_a_bad_entry_is_one_line_naming_the_file_the_table_and_the_key(
+    tmp_path: Path, entry: str, message: str
+) -> None:
+    path = listing(tmp_path, f"tables:\n  - {entry}\n")
+    with pytest.raises(BadInputError) as refused:
+        load_tables(path)
+    text = str(refused.value)
+    assert text.startswith(f"table list {path}: {message}"), text
+    assert "\n" not in text
+
+
+def test_the_list_itself(tmp_path: Path) -> None:
+    for body, message in [
+        ("tables: []\n", "has no `tables:` list"),
+        ("other: 1\n", "has no `tables:` list"),
+        ("tables:\n  - {name: x, uri: /t}\nextra: 1\n", "unknown key 'extra'"),
+        ("tables:\n  - {name: x, uri: /t}\n  - {name: x, uri: /u}\n", "table x: name: names a table twice"),
+        ("tables: [\n", "cannot be read"),
+    ]:
+        with pytest.raises(BadInputError, match=message):
+            load_tables(listing(tmp_path, body))
+    with pytest.raises(BadInputError, match="cannot be read"):
+        load_tables(str(tmp_path / "missing.yaml"))
+
+
+def test_numbers_read_as_text_where_text_is_meant_and_a_copy_is_checked_too(tmp_path: Path) -> None:
+    (table,) = load_tables(listing(tmp_path, "tables:\n  - {name: x, uri: 2024, gc_grace_seconds: 0}\n"))
+    assert table.uri == "2024" and table.gc_grace_seconds == 0.0
+    with pytest.raises(ValidationError, match="compaction_max_tasks"):
+        replace(table, compaction_max_tasks=0)
