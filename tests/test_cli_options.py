@@ -11,7 +11,6 @@ import pytest
 
 from memwal_core.cli.main import main
 from memwal_core.demo import write_demo_table
-from memwal_core.storage.options import StorageOptions
 from tests.support.tables import tree_digest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,19 +123,3 @@ def test_unknown_or_malformed_storage_options_are_refused(
     if "unknown" in expected:
         assert "known options: " in err and "aws_endpoint" in err.split("known options: ")[1]
     assert tree_digest(Path(table)) == before
-
-
-def test_time_limits_default_and_parse() -> None:
-    limits = StorageOptions().time_limits()
-    assert (limits.connect, limits.request, limits.total) == (5.0, 30.0, 50.0)
-    given = StorageOptions.checked(
-        {"timeout": "1500ms", "connect_timeout": "2m", "client_retry_timeout": "9"}
-    )
-    assert (given.time_limits().request, given.time_limits().connect, given.time_limits().total) == (
-        1.5,
-        120.0,
-        9.0,
-    )
-    # Lance is handed the defaults for every limit the user left out, and the user's values as given.
-    assert given.as_dict()["timeout"] == "1500ms" and given.as_dict()["client_max_retries"] == "3"
-    assert StorageOptions.checked({"base_1.aws_region": "eu-west-1", "AWS_REGION": "x"}) is not None

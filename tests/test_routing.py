@@ -96,33 +96,3 @@ def test_unsharded_routes_everything_to_one_value(tmp_path: Path) -> None:
 
 def test_manual_regions_have_no_spec(tmp_path: Path) -> None:
     assert region_spec_of(_table(tmp_path / "t", pa.int64())) is None
-
-
-def test_murmur3_equals_the_reference_where_the_variants_agree() -> None:
-    """mmh3 (the reference Murmur3 x86_32) as a second oracle, without Lance.
-
-    Lance's hash is the reference one for 4- and 8-byte integers and for strings whose
-    byte length is a multiple of 4; string tails follow Spark's variant instead.
-    """
-    import mmh3
-
-    from memwal_core.model.routing import murmur3_hash
-
-    rng = random.Random(11)
-    ints32 = [rng.randint(-(2**31), 2**31 - 1) for _ in range(2000)] + [0, -1, 2**31 - 1]
-    ints64 = [rng.randint(-(2**63), 2**63 - 1) for _ in range(2000)] + [0, -1, 2**63 - 1]
-    words = [
-        "",
-        "abcd",
-        "日本語の",
-        *("".join(rng.choice("abcdef") for _ in range(4 * n)) for n in range(50)),
-    ]
-    cases: list[tuple[pa.Array, list[bytes]]] = [
-        (pa.array(ints32, pa.int32()), [v.to_bytes(4, "little", signed=True) for v in ints32]),
-        (pa.array(ints64, pa.int64()), [v.to_bytes(8, "little", signed=True) for v in ints64]),
-        (pa.array(words, pa.string()), [w.encode() for w in words]),
-    ]
-    for array, encoded in cases:
-        assert all(len(e) % 4 == 0 for e in encoded)
-        expected = [mmh3.hash(e, 0, signed=False) for e in encoded]
-        assert [int(h) for h in murmur3_hash(array)] == expected, array.type
