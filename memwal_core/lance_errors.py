@@ -4,7 +4,7 @@ pylance 14 raises OSError, ValueError or RuntimeError for nearly every
 failure: only the text tells a stale merge from a fenced writer or an
 unreachable store. Each text memwal relies on is named here, once, and
 tests/unit/test_lance_errors.py (and, for the lost response, which needs an
-object store, tests/test_lance_errors_s3.py) provokes each from real Lance, so
+object store, tests/integration/test_lance_errors_s3.py) provokes each from real Lance, so
 a Lance upgrade that rewords one fails that named test instead of a merge in
 production.
 """

@@ -1,7 +1,7 @@
 """Regenerate the Python protobuf modules from protos/.
 
 The generated code is committed so that installing the package needs no
-protoc; tests/test_protos_current.py fails when it is stale.
+protoc; tests/unit/format/test_protos_current.py fails when it is stale.
 Usage: python scripts/gen_protos.py [OUT_DIR]
 """
 

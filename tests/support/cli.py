@@ -5,9 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import PROJECT_ROOT
 
 
 def timed_cli(args: list[str], *, timeout: float = 300) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -15,7 +14,7 @@ def timed_cli(args: list[str], *, timeout: float = 300) -> tuple[subprocess.Comp
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "memwal_core.cli.main", *args],
-        cwd=ROOT,
+        cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,

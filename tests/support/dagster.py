@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
+from tests.support.paths import PROJECT_ROOT
 from tests.support.service import (
     LOOPBACK,
     EarlyExit,
@@ -29,7 +30,6 @@ from tests.support.service import (
     stop_process_group,
 )
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LOCATION = "memwal_pipelines.definitions"
 REPOSITORY = "__repository__"
 

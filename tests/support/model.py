@@ -10,6 +10,8 @@ from typing import Any
 import lance
 import pyarrow as pa
 
+from tests.support.schema import key_field
+
 Key = tuple[Any, ...]
 
 
@@ -97,7 +99,7 @@ class ModelTable:
 
 KEYED_SCHEMA = pa.schema(
     [
-        pa.field("id", pa.int64(), False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+        key_field("id", pa.int64()),
         pa.field("v", pa.string()),
     ]
 )

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from tests.support.paths import PROJECT_ROOT
 from tests.support.service import (
     LOOPBACK,
     EarlyExit,
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 # Schema of the rows `lance_reader` yields.
 LANCE_PROBE_SCHEMA = "uri string, rows long, total long, pid long, lance_version string"

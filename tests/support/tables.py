@@ -12,6 +12,7 @@ import itertools
 import os
 from pathlib import Path
 
+from memwal_core.format.naming import LEASE_DIR
 from memwal_core.format.proto import memwal_pb2 as pb
 
 
@@ -86,3 +87,11 @@ def lsm_rows_at(uri: str, version: int, columns: list[str]) -> list[dict[str, ob
         plan = ReadPlan(table.uri, version, None, "manifests", regions)
         rows: list[dict[str, object]] = lsm_scanner(table, plan).project(columns).to_table().to_pylist()
         return rows
+
+
+def lease_records(uri: str) -> int:
+    """How many lease records merges have written so far (the highest record number per region)."""
+    root = Path(uri) / LEASE_DIR
+    if not root.is_dir():
+        return 0
+    return sum(max((int(p.stem) for p in d.glob("*.json")), default=0) for d in root.iterdir())

@@ -2,7 +2,7 @@
 
 A Lance upgrade that rewords one of these texts fails the test named after it.
 The lost response of a WAL write needs an object store that loses it: see
-tests/test_lance_errors_s3.py.
+tests/integration/test_lance_errors_s3.py.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from memwal_core.services.merge.plan import RegionMergePlan
 
 # A batch may collapse this share of the machine's memory. Reading, collapsing,
 # splitting and Lance's commit each hold copies of the batch: measured peak about
-# 7.5x the byte budget above the process's floor (tests/test_merge_rounds.py).
+# 7.5x the byte budget above the process's floor (tests/integration/test_merge_rounds.py).
 MEMORY_SHARE = 16
 # Rows per batch by default: the byte budget at this many bytes per row (narrow
 # key-value rows are ~20-50 bytes in Arrow; a row count keeps per-row overheads bounded too).

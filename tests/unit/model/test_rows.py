@@ -7,11 +7,11 @@ import pytest
 
 from memwal_core.errors import SchemaError
 from memwal_core.model.rows import conform
+from tests.support.schema import PRIMARY_KEY
 
-PK = {"lance-schema:unenforced-primary-key": "true"}
 SCHEMA = pa.schema(
     [
-        pa.field("id", pa.int64(), nullable=False, metadata=PK),
+        pa.field("id", pa.int64(), nullable=False, metadata=PRIMARY_KEY),
         pa.field("count", pa.int32(), nullable=False),
         pa.field("name", pa.string()),
     ],

@@ -15,9 +15,8 @@ import pytest
 
 from memwal_core.demo import DemoLog, write_demo_table
 from memwal_core.format.naming import region_manifest_name, table_manifest_name
+from tests.support.paths import PROJECT_ROOT
 from tests.support.tables import independent_latest_manifest, tree_digest
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -206,7 +205,7 @@ def test_no_command_writes_before_its_table_is_checked(tmp_path: Path, command: 
     for target in (tmp_path / "no" / "such" / "path", plain):
         done = subprocess.run(
             [sys.executable, "-m", "memwal_core.cli.main", command, str(target), *extra],
-            cwd=ROOT,
+            cwd=PROJECT_ROOT,
             capture_output=True,
             text=True,
         )
@@ -222,7 +221,7 @@ def test_init_refuses_a_key_lance_cannot_hash_before_changing_anything(tmp_path:
     before = tree_digest(uri)
     refused = subprocess.run(
         [sys.executable, "-m", "memwal_core.cli.main", "init", str(uri), "--primary-key", "f"],
-        cwd=ROOT,
+        cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
     )
@@ -230,7 +229,7 @@ def test_init_refuses_a_key_lance_cannot_hash_before_changing_anything(tmp_path:
     assert tree_digest(uri) == before, "a refused init changed the table"
     done = subprocess.run(
         [sys.executable, "-m", "memwal_core.cli.main", "init", str(uri), "--primary-key", "id"],
-        cwd=ROOT,
+        cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
     )

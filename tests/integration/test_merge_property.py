@@ -18,11 +18,12 @@ from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
 from tests.support.model import ModelTable
+from tests.support.schema import key_field
 from tests.support.tables import assert_progress_never_decreases, lsm_rows_at, progress_history
 
 SCHEMA = pa.schema(
     [
-        pa.field("id", pa.int64(), False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+        key_field("id", pa.int64()),
         pa.field("v", pa.int64()),
     ]
 )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import PROJECT_ROOT
 
 
 @pytest.mark.s3
@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_short_soak_loses_nothing(tmp_path: Path) -> None:
     summary_path = tmp_path / "summary.json"
     run = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "soak.py"), "--short", "--json", str(summary_path)],
-        cwd=ROOT,
+        [sys.executable, str(PROJECT_ROOT / "bench" / "soak.py"), "--short", "--json", str(summary_path)],
+        cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
         timeout=280,

@@ -29,13 +29,13 @@ from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.snapshot.stored import read_stored_snapshot
 from memwal_core.table import MemWalTable
 from tests.support.model import ModelTable
+from tests.support.paths import PROJECT_ROOT
+from tests.support.schema import PRIMARY_KEY
 from tests.support.tables import assert_progress_never_decreases, progress_history
 
-ROOT = Path(__file__).resolve().parent.parent
-PK = {"lance-schema:unenforced-primary-key": "true"}
 SCHEMA = pa.schema(
     [
-        pa.field("id", pa.int64(), False, metadata=PK),
+        pa.field("id", pa.int64(), False, metadata=PRIMARY_KEY),
         pa.field("v", pa.string()),
         pa.field("vec", pa.list_(pa.float32(), 4)),
     ]
@@ -134,7 +134,7 @@ def test_compaction_on_a_standalone_cluster_through_the_cli(standalone_spark: An
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -264,7 +264,7 @@ def test_cli_bad_durations_exit_2(tmp_path: Path) -> None:
             [sys.executable, "-m", "memwal_core.cli.main", "retain", table.uri, *args],
             capture_output=True,
             text=True,
-            cwd=ROOT,
+            cwd=PROJECT_ROOT,
             timeout=120,
         )
         assert proc.returncode == 2, (args, proc.stderr)

@@ -18,9 +18,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tests.support.paths import PROJECT_ROOT
 from tests.support.service import LOOPBACK, free_ports, stop_process_group
 
-ROOT = Path(__file__).resolve().parent.parent
 DG = Path(sys.executable).parent / "dg"
 LOCATION = "memwal_pipelines.definitions"
 # Dagster's own notice on the first start of a new instance's run-retry daemon.
@@ -36,9 +36,9 @@ def readme_env(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     root = tmp_path / "memwal"
     root.mkdir()
     for name in ("pyproject.toml", "workspace.yaml", "dagster.yaml"):
-        shutil.copy(ROOT / name, root / name)
+        shutil.copy(PROJECT_ROOT / name, root / name)
     for name in ("memwal_core", "memwal_pipelines", ".venv"):
-        (root / name).symlink_to(ROOT / name)
+        (root / name).symlink_to(PROJECT_ROOT / name)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "MEMWAL_TABLES", "DAGSTER_HOME")}
     return root, {**env, "DAGSTER_HOME": str(root)}
 

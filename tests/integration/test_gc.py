@@ -28,12 +28,13 @@ from memwal_core.services.gc.wal import wal_entry_metadata
 from memwal_core.services.merge.service import merge
 from memwal_core.table import MemWalTable
 from tests.support.model import ModelTable
+from tests.support.paths import PROJECT_ROOT
+from tests.support.schema import key_field
 from tests.support.tables import tree_digest
 
-ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = pa.schema(
     [
-        pa.field("id", pa.int64(), nullable=False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+        key_field("id", pa.int64()),
         pa.field("v", pa.int64()),
     ]
 )
@@ -291,7 +292,7 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "LANCE_LOG": "error"}
     return subprocess.Popen(
         [sys.executable, "-m", "tests.support.gc_proc", *args],
-        cwd=ROOT,
+        cwd=PROJECT_ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from memwal_core.errors import NotFoundError, redact
+from tests.support.paths import PROJECT_ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SECRET = "SUPERSECRET123"
 
 
@@ -45,7 +45,7 @@ def test_an_unreachable_endpoint_with_credentials_is_reported_without_them(comma
             *("-o", "aws_access_key_id=AKIAEXAMPLE", "-o", f"aws_secret_access_key={SECRET}x"),
             *("-o", "aws_region=us-east-1"),
         ],
-        cwd=ROOT,
+        cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
         timeout=120,
@@ -69,7 +69,10 @@ def test_huge_durations_and_a_plain_file_are_bad_input(tmp_path: Path) -> None:
     plain.write_text("hello")
     for args in (["retain", str(tmp_path), "--older-than", "99999999999d"], ["demo", str(plain)]):
         done = subprocess.run(
-            [sys.executable, "-m", "memwal_core.cli.main", *args], cwd=ROOT, capture_output=True, text=True
+            [sys.executable, "-m", "memwal_core.cli.main", *args],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
         )
         assert done.returncode == 2, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr

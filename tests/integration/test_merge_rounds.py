@@ -24,13 +24,13 @@ from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
 from tests.support.model import ModelTable
-from tests.support.tables import assert_progress_never_decreases, progress_history
-from tests.test_merge_races import lease_records
+from tests.support.paths import PROJECT_ROOT
+from tests.support.schema import key_field
+from tests.support.tables import assert_progress_never_decreases, lease_records, progress_history
 
-ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = pa.schema(
     [
-        pa.field("id", pa.int64(), False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+        key_field("id", pa.int64()),
         pa.field("v", pa.string()),
     ]
 )
@@ -134,7 +134,7 @@ def run_mergers(uri: str, commands: list[list[str]]) -> list[list[dict[str, Any]
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "tests.support.merger_proc", uri, *command],
-            cwd=ROOT,
+            cwd=PROJECT_ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -192,7 +192,7 @@ def test_killed_batch_merger_converges_on_rerun(
                 *(sys.executable, "-m", "memwal_core.cli.main", "merge", table.uri),
                 *("--max-batch-rows", "250", "--engine", engine_name, "--spark-master", "local[2,2]"),
             ],
-            cwd=ROOT,
+            cwd=PROJECT_ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
@@ -224,7 +224,7 @@ def peak_mib(tmp_path: Path, uri: str, *args: str) -> int:
     out = tmp_path / f"peak-{uuid.uuid4().hex}"
     subprocess.run(
         [sys.executable, "-m", "tests.support.peak_rss", str(out), "merge", uri, *args],
-        cwd=ROOT,
+        cwd=PROJECT_ROOT,
         check=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

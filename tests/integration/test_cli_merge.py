@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 from memwal_core.demo import write_demo_table
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import PROJECT_ROOT
 
 
 def test_pipe_gets_one_line_per_region(tmp_path: Path) -> None:
@@ -20,7 +19,7 @@ def test_pipe_gets_one_line_per_region(tmp_path: Path) -> None:
         [sys.executable, "-m", "memwal_core.cli.main", "merge", uri, "--json"],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=PROJECT_ROOT,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
@@ -39,7 +38,7 @@ def test_terminal_gets_a_progress_bar(tmp_path: Path) -> None:
             stdout=subprocess.PIPE,
             stderr=secondary,
             text=True,
-            cwd=ROOT,
+            cwd=PROJECT_ROOT,
             timeout=300,
         )
         os.close(secondary)

@@ -11,8 +11,7 @@ import pytest
 
 from memwal_core.demo import write_demo_table
 from memwal_core.lance_log import SPURIOUS, lance_log_spec
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import PROJECT_ROOT
 
 
 def merge_with_key_index(table: Path, lance_log: str | None) -> subprocess.CompletedProcess[str]:
@@ -26,7 +25,7 @@ def merge_with_key_index(table: Path, lance_log: str | None) -> subprocess.Compl
         env["LANCE_LOG"] = lance_log
     return subprocess.run(
         [sys.executable, "-m", "memwal_core.cli.main", "merge", str(table)],
-        cwd=ROOT,
+        cwd=PROJECT_ROOT,
         env=env,
         capture_output=True,
         text=True,

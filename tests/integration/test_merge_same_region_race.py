@@ -20,10 +20,11 @@ from memwal_core.services.merge.plan import plan_merge
 from memwal_core.services.merge.service import merge
 from memwal_core.table import MemWalTable
 from tests.support.model import ModelTable
+from tests.support.schema import key_field
 
 SCHEMA = pa.schema(
     [
-        pa.field("id", pa.int64(), False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+        key_field("id", pa.int64()),
         pa.field("v", pa.string()),
     ]
 )

@@ -17,8 +17,7 @@ from memwal_core.services.merge.service import merge
 from memwal_core.services.merge.spark_engine import SparkEngine
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import PROJECT_ROOT
 
 
 def independent_s3_latest(seaweed: Any, bucket: str, prefix: str, region: str) -> pb.ShardManifest:
@@ -77,7 +76,7 @@ def test_cli_on_s3_keeps_secrets_out_of_output(seaweed: Any) -> None:
         [sys.executable, "-m", "memwal_core.cli.main", "merge", uri, "--json", *args],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=PROJECT_ROOT,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
@@ -86,7 +85,7 @@ def test_cli_on_s3_keeps_secrets_out_of_output(seaweed: Any) -> None:
         [sys.executable, "-m", "memwal_core.cli.main", "status", uri + "-missing", *args],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=PROJECT_ROOT,
         timeout=300,
     )
     assert missing.returncode == 2
@@ -115,7 +114,7 @@ def test_spark_merge_on_standalone_cluster(standalone_spark: Any, tmp_path: Path
         text=True,
         cwd=tmp_path,
         # Few rows per task: the region is split over several executor tasks.
-        env={**os.environ, "MEMWAL_SPARK_ROWS_PER_TASK": "40", "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "MEMWAL_SPARK_ROWS_PER_TASK": "40", "PYTHONPATH": str(PROJECT_ROOT)},
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -20,11 +20,12 @@ from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
 from tests.support.model import KEYED_SCHEMA, ModelTable
+from tests.support.schema import key_field
 from tests.support.tables import assert_progress_never_decreases, progress_history
 
 SCHEMA = pa.schema(
     [
-        pa.field("id", pa.int64(), nullable=False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+        key_field("id", pa.int64()),
         pa.field("val", pa.int64()),
         pa.field("vec", pa.list_(pa.float32(), 4)),
     ]

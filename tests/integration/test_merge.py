@@ -16,8 +16,7 @@ from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
 from tests.support.model import ModelTable
-
-PK = {"lance-schema:unenforced-primary-key": "true"}
+from tests.support.schema import PRIMARY_KEY
 
 
 @pytest.fixture(params=["local", "spark"])
@@ -78,7 +77,7 @@ def test_merging_in_chunks_keeps_order_and_progress(tmp_path: Path) -> None:
 
 
 def test_deletes_reinserts_and_repeated_updates(tmp_path: Path, engine: MergeEngine) -> None:
-    schema = pa.schema([pa.field("id", pa.int64(), False, metadata=PK), pa.field("v", pa.string())])
+    schema = pa.schema([pa.field("id", pa.int64(), False, metadata=PRIMARY_KEY), pa.field("v", pa.string())])
     table = ModelTable(tmp_path / "t", schema, ["id"], [{"id": i, "v": f"base{i}"} for i in range(100)])
     region = table.write(
         None,
@@ -121,13 +120,19 @@ VECTOR = pa.list_(pa.float32(), 4)
 @pytest.mark.parametrize(
     "key_fields",
     [
-        [pa.field("k", pa.string(), False, metadata=PK)],
+        [pa.field("k", pa.string(), False, metadata=PRIMARY_KEY)],
         [
             pa.field(
-                "a", pa.int32(), False, metadata={**PK, "lance-schema:unenforced-primary-key:position": "1"}
+                "a",
+                pa.int32(),
+                False,
+                metadata={**PRIMARY_KEY, "lance-schema:unenforced-primary-key:position": "1"},
             ),
             pa.field(
-                "b", pa.string(), False, metadata={**PK, "lance-schema:unenforced-primary-key:position": "2"}
+                "b",
+                pa.string(),
+                False,
+                metadata={**PRIMARY_KEY, "lance-schema:unenforced-primary-key:position": "2"},
             ),
         ],
     ],

@@ -18,7 +18,6 @@ import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -31,15 +30,15 @@ from memwal_pipelines.config import TableConfig
 from memwal_pipelines.definitions import build_definitions
 from tests.support.dagster import DagsterDeployment
 from tests.support.model import ModelTable, keyed_backlog_table
+from tests.support.paths import PROJECT_ROOT
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "artifacts"
+ARTIFACTS = PROJECT_ROOT / "artifacts"
 # The status asset's region view: always saved with the artifacts; the README's copy is refreshed
 # only on request (MEMWAL_UPDATE_README_IMAGES=1), so a test run leaves the checkout as it was.
-README_IMAGE = ROOT / "docs" / "images" / "region-view.png"
+README_IMAGE = PROJECT_ROOT / "docs" / "images" / "region-view.png"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
     "--headless",

@@ -5,16 +5,16 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import PROJECT_ROOT
 
 
 def test_generated_protobuf_code_is_current(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("gen_protos", ROOT / "scripts" / "gen_protos.py")
+    spec = importlib.util.spec_from_file_location("gen_protos", PROJECT_ROOT / "scripts" / "gen_protos.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     fresh = {p.name: p.read_bytes() for p in module.generate(tmp_path)}
-    committed_dir = ROOT / "memwal_core" / "format" / "proto"
+    committed_dir = PROJECT_ROOT / "memwal_core" / "format" / "proto"
     committed = {
         p.name: p.read_bytes() for p in committed_dir.iterdir() if p.name.endswith(("_pb2.py", "_pb2.pyi"))
     }

@@ -16,34 +16,11 @@ import pytest
 from memwal_core.errors import BadInputError, FencedError, SchemaError, StorageError, UncertainWriteError
 from memwal_core.model.region_directory import region_id_for
 from memwal_core.model.routing import region_spec_of
-from memwal_core.services.reader import lsm_scanner, plan_read
 from memwal_core.services.writer import MemWalWriter
 from memwal_core.table import MemWalTable
+from tests.support.paths import PROJECT_ROOT
+from tests.support.schema import SCHEMA, lsm_rows, make_table
 from tests.support.tables import tree_digest
-
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.int64(), nullable=False, metadata={"lance-schema:unenforced-primary-key": "true"}),
-        pa.field("name", pa.string()),
-        pa.field("score", pa.float64()),
-    ]
-)
-
-
-def make_table(path: Path, **mode: Any) -> str:
-    """A MemWAL table with three base rows, regions by `mode` (default: 4 buckets on id)."""
-    uri = str(path)
-    base = pa.table({"id": [0, 1, 2], "name": ["a", "b", "c"], "score": [0.0, 1.0, 2.0]}, schema=SCHEMA)
-    lance.write_dataset(base, uri).initialize_mem_wal(**(mode or {"bucket_column": "id", "num_buckets": 4}))
-    return uri
-
-
-def lsm_rows(uri: str) -> dict[int, tuple[str, float]]:
-    """The table as Lance's LSM scanner reads it: base plus flushed generations."""
-    table = MemWalTable.open(uri)
-    rows = lsm_scanner(table, plan_read(table)).to_table().to_pylist()
-    return {r["id"]: (r["name"], r["score"]) for r in rows}
 
 
 def test_routed_writes_read_back_equal_the_model(tmp_path: Path) -> None:

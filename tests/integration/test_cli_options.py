@@ -11,9 +11,9 @@ import pytest
 
 from memwal_core.cli.main import main
 from memwal_core.demo import write_demo_table
+from tests.support.paths import PROJECT_ROOT
 from tests.support.tables import tree_digest
 
-ROOT = Path(__file__).resolve().parent.parent
 # Every numeric option: (command, option, smallest valid value).
 NUMERIC = [
     ("init", "--num-buckets", 1),
@@ -57,7 +57,10 @@ def test_every_numeric_option_refuses_bad_values_before_anything(
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "memwal_core.cli.main", *args], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "memwal_core.cli.main", *args],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
     )
 
 
@@ -74,7 +77,7 @@ def test_version_and_json_on_either_side_of_the_command(table: str) -> None:
 def test_a_reader_that_goes_away_or_a_full_disk(table: str) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "memwal_core.cli.main", "merge", table, "--dry-run", "--json"],
-        cwd=ROOT,
+        cwd=PROJECT_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -86,7 +89,7 @@ def test_a_reader_that_goes_away_or_a_full_disk(table: str) -> None:
     with open("/dev/full", "w") as full:
         failed = subprocess.run(
             [sys.executable, "-m", "memwal_core.cli.main", "status", table],
-            cwd=ROOT,
+            cwd=PROJECT_ROOT,
             stdout=full,
             stderr=subprocess.PIPE,
             text=True,

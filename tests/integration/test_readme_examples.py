@@ -8,13 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import PROJECT_ROOT
+
 BIN = Path(sys.executable).parent
 
 
 def readme_block(language: str, containing: str) -> str:
     """The README's fenced `language` block that contains `containing`."""
-    blocks = re.findall(rf"```{language}\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    blocks = re.findall(rf"```{language}\n(.*?)```", (PROJECT_ROOT / "README.md").read_text(), re.DOTALL)
     (block,) = [b for b in blocks if containing in b]
     return block
 

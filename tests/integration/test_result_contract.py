@@ -23,8 +23,7 @@ from memwal_core.services.retain import retain
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
-from tests.test_ingest import source_rows
-from tests.test_writer import SCHEMA, make_table
+from tests.support.schema import SCHEMA, make_table, source_rows
 from tests.unit.services.results import service_result_types
 
 COMMON = {"table", "read_version", "new_version", "dry_run", "failures", "seconds"}

@@ -12,13 +12,11 @@ import time
 from pathlib import Path
 
 from memwal_core.demo import write_demo_table
-from memwal_core.format.naming import LEASE_DIR
 from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
-from tests.support.tables import assert_progress_never_decreases, progress_history
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import PROJECT_ROOT
+from tests.support.tables import assert_progress_never_decreases, lease_records, progress_history
 
 
 def merged_rows(uri: str) -> dict[int, tuple[str, float]]:
@@ -31,7 +29,7 @@ def test_two_mergers_at_the_same_moment(tmp_path: Path) -> None:
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "tests.support.merger_proc", uri, "20", str(seed)],
-            cwd=ROOT,
+            cwd=PROJECT_ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -59,14 +57,6 @@ def test_two_mergers_at_the_same_moment(tmp_path: Path) -> None:
     print(f"stale re-plans observed: {replans}")
 
 
-def lease_records(uri: str) -> int:
-    """How many lease records merges have written so far (the highest record number per region)."""
-    root = Path(uri) / LEASE_DIR
-    if not root.is_dir():
-        return 0
-    return sum(max((int(p.stem) for p in d.glob("*.json")), default=0) for d in root.iterdir())
-
-
 def test_killed_merger_converges_on_rerun(tmp_path: Path) -> None:
     """kill -9 at random moments after a merger took its first region (reading, collapsing, committing)."""
     uri = str(tmp_path / "t")
@@ -77,7 +67,7 @@ def test_killed_merger_converges_on_rerun(tmp_path: Path) -> None:
         started_work = lease_records(uri)
         proc = subprocess.Popen(
             [sys.executable, "-m", "memwal_core.cli.main", "merge", uri, "--max-generations", "1"],
-            cwd=ROOT,
+            cwd=PROJECT_ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,

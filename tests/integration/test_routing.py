@@ -12,6 +12,7 @@ import pytest
 from lance.mem_wal import evaluate_sharding_spec
 
 from memwal_core.model.routing import region_spec_of
+from tests.support.schema import key_field
 
 INT_RANGES = [
     (pa.int8(), -(2**7), 2**7 - 1),
@@ -26,9 +27,7 @@ INT_RANGES = [
 
 
 def _table(path: Path, typ: pa.DataType, **mode: Any) -> lance.LanceDataset:
-    schema = pa.schema(
-        [pa.field("k", typ, nullable=False, metadata={"lance-schema:unenforced-primary-key": "true"})]
-    )
+    schema = pa.schema([key_field("k", typ)])
     sample = pa.array(["x"] if pa.types.is_string(typ) or pa.types.is_large_string(typ) else [1]).cast(typ)
     dataset = lance.write_dataset(pa.table({"k": sample}, schema=schema), str(path))
     dataset.initialize_mem_wal(**mode)

@@ -37,8 +37,8 @@ from memwal_pipelines.config import TableConfig, load_tables
 from memwal_pipelines.definitions import build_definitions, defs
 from memwal_pipelines.keys import TableKeys
 from tests.support.model import KEYED_SCHEMA, ModelTable, keyed_backlog_table
+from tests.support.paths import PROJECT_ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 RANGE_TAGS = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
 
 
@@ -420,7 +420,7 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "memwal_pipelines", "demo", "demo/table"],
         cwd=tmp_path,
-        env={**env, "PYTHONPATH": str(ROOT)},
+        env={**env, "PYTHONPATH": str(PROJECT_ROOT)},
         capture_output=True,
         text=True,
         timeout=600,
@@ -433,7 +433,7 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     assert len(proc.stderr.splitlines()) <= 5 and "DEBUG" not in proc.stderr, proc.stderr[-2000:]
     with MemWalTable.open(str(tmp_path / "demo" / "table")) as opened:
         assert status(opened).pending_total == 0
-    assert (home / "dagster.yaml").read_text() == (ROOT / "dagster.yaml").read_text()
+    assert (home / "dagster.yaml").read_text() == (PROJECT_ROOT / "dagster.yaml").read_text()
     runs = DagsterInstance.from_ref(InstanceRef.from_dir(str(home))).get_runs()
     jobs = sorted(r.job_name for r in runs)
     assert jobs == [
@@ -452,7 +452,9 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     # location there (checked with `dg check defs`, which takes the same ones).
     hint = proc.stderr.splitlines()[-2].split()
     assert hint[:2] == [f"DAGSTER_HOME={home}", f"MEMWAL_TABLE_URI={tmp_path / 'demo' / 'table'}"], hint
-    assert hint[3:] == ["dev", "-h", "127.0.0.1", "--target-path", os.path.relpath(ROOT, tmp_path)], hint
+    assert hint[3:] == ["dev", "-h", "127.0.0.1", "--target-path", os.path.relpath(PROJECT_ROOT, tmp_path)], (
+        hint
+    )
     checked = subprocess.run(
         [hint[2], "check", "defs", *hint[-2:]],
         cwd=tmp_path,
@@ -469,8 +471,7 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
 def test_ingest_job_loads_files_and_the_sensor_merges_them(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
-    from tests.test_ingest import model_of, source_rows
-    from tests.test_writer import make_table
+    from tests.support.schema import make_table, model_of, source_rows
 
     uri = make_table(tmp_path / "t")
     rows = source_rows(5000)
@@ -496,7 +497,7 @@ def test_ingest_job_loads_files_and_the_sensor_merges_them(tmp_path: Path) -> No
 
 
 def test_ingest_job_refuses_a_missing_source(tmp_path: Path) -> None:
-    from tests.test_writer import make_table
+    from tests.support.schema import make_table
 
     keys = TableKeys(TableConfig(name="t", uri=make_table(tmp_path / "t")))
     result = (

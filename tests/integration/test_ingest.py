@@ -23,24 +23,9 @@ from memwal_core.format.naming import STAGING_DIR
 from memwal_core.services.ingest.service import ingest
 from memwal_core.services.writer import MemWalWriter, WriterOptions
 from memwal_core.table import MemWalTable
+from tests.support.paths import PROJECT_ROOT
+from tests.support.schema import lsm_rows, make_table, model_of, source_rows
 from tests.support.tables import tree_digest
-from tests.test_writer import lsm_rows, make_table
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def source_rows(n: int, *, offset: int = 0, tag: str = "s") -> pa.Table:
-    keys = [offset + i for i in range(n)]
-    return pa.table({"id": keys, "name": [f"{tag}{k}" for k in keys], "score": [k / 2 for k in keys]})
-
-
-def model_of(*tables: pa.Table) -> dict[int, tuple[str, float]]:
-    """The source deduplicated by key, later rows winning, on top of the three base rows."""
-    model = {0: ("a", 0.0), 1: ("b", 1.0), 2: ("c", 2.0)}
-    for table in tables:
-        for row in table.to_pylist():
-            model[row["id"]] = (row["name"], row["score"])
-    return model
 
 
 def run_cli(
@@ -51,7 +36,7 @@ def run_cli(
         capture_output=True,
         text=True,
         cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})},
         timeout=600,
     )
 
