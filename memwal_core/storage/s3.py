@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 import urllib3
@@ -165,17 +166,14 @@ class S3Store(ObjectStore):
     def _pages(self, path: str, *, delimiter: bool) -> Iterator[ListPage]:
         prefix = self._key(path)
         prefix = f"{prefix}/" if prefix else ""
-        token: str | None = None
-        while True:
-            page = self._call(
-                "list",
-                path,
-                lambda t=token: self._http.list_page(prefix, delimiter=delimiter, token=t),  # type: ignore[misc]
-            )
+        page = self._call(
+            "list", path, partial(self._http.list_page, prefix, delimiter=delimiter, token=None)
+        )
+        yield page
+        while page.next_token is not None:
+            after = partial(self._http.list_page, prefix, delimiter=delimiter, token=page.next_token)
+            page = self._call("list", path, after)
             yield page
-            token = page.next_token
-            if token is None:
-                return
 
     def _relative(self, key: str) -> str:
         return key[len(self.prefix) + 1 :] if self.prefix else key

@@ -151,3 +151,19 @@ def test_storage_options_never_show_secrets() -> None:
     assert "s3cr3t" not in shown and "AKID" not in shown and "eu" in shown
     with pytest.raises(Exception, match="KEY=VALUE"):
         StorageOptions.parse(["novalue"])
+
+
+def test_listing_and_deleting_past_one_page(store_uri: tuple[str, dict[str, str]]) -> None:
+    """S3 lists 1,000 keys a page and deletes 1,000 a request: more than that takes every page and batch."""
+    uri, options = store_uri
+    store = open_store(uri, StorageOptions(options))
+    names = [f"many/{i:05d}.bin" for i in range(1234)]
+    store.map(lambda name: store.write(name, b"x"), names)
+    store.write("many/sub/inner.bin", b"y")
+    assert [info.path for info in store.list_files("many")] == names
+    assert len(store.list_files("many", recursive=True)) == len(names) + 1
+    assert store.list_dirs("many") == ["sub"]
+    deleted = store.delete_tree("many")
+    assert len(deleted) == len(names) + 1
+    assert store.list_files("many", recursive=True) == [] and not store.is_dir("many")
+    store.close()
