@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     )
     from memwal_core.services.catchup import catchup
     from memwal_core.services.compact import compact
+    from memwal_core.services.engine import LocalEngine, SparkEngine
     from memwal_core.services.gc.rules import GcPolicy
     from memwal_core.services.gc.service import gc
     from memwal_core.services.ingest.service import ingest
@@ -60,6 +61,8 @@ _EXPORTS = {
     "catchup": "memwal_core.services.catchup",
     "build_snapshot": "memwal_core.services.snapshot.service",
     "compact": "memwal_core.services.compact",
+    "LocalEngine": "memwal_core.services.engine",
+    "SparkEngine": "memwal_core.services.engine",
     "retain": "memwal_core.services.retain",
     "gc": "memwal_core.services.gc.service",
     "GcPolicy": "memwal_core.services.gc.rules",
@@ -81,11 +84,13 @@ __all__ = [
     "CorruptMetadataError",
     "FencedError",
     "GcPolicy",
+    "LocalEngine",
     "MemWalTable",
     "MemWalWriter",
     "MemwalError",
     "MergeBudget",
     "RegionSpecChoice",
+    "SparkEngine",
     "StorageError",
     "StorageOptions",
     "WriterOptions",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence, Set
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
@@ -33,16 +33,23 @@ from memwal_core.errors import (
 from memwal_core.lance_errors import is_retries_exhausted
 from memwal_core.model.details_lease import details_lease
 from memwal_core.model.lease import Lease
-from memwal_core.services.merge.collapse import BatchCollapse, RegionCollapse, shared_key, shared_key_error
+from memwal_core.services.engine import Engine
+from memwal_core.services.merge.collapse import (
+    BatchCollapse,
+    RegionCollapse,
+    collapse_in_process,
+    shared_key,
+    shared_key_error,
+)
 from memwal_core.services.merge.commit import (
     AUTO,
     CommitPlan,
     choose_commit,
     commit_checked,
 )
-from memwal_core.services.merge.engine import MergeEngine
 from memwal_core.services.merge.plan import RegionMergePlan
 from memwal_core.services.merge.result import BatchResult, RegionMergeResult
+from memwal_core.services.merge.staged import collapse_staged
 from memwal_core.services.result import Failure
 from memwal_core.storage.retry import RetryPolicy
 from memwal_core.table import MemWalTable
@@ -87,6 +94,19 @@ def _is_retryable_conflict(exc: BaseException) -> bool:
 def has_key_index(dataset: Any, primary_key: tuple[str, ...]) -> bool:
     """Whether a scalar index covers the primary key (only then can a merge use one)."""
     return any(list(index.field_names or []) == list(primary_key) for index in dataset.describe_indices())
+
+
+def collapse_batch(
+    engine: Engine,
+    plans: Sequence[RegionMergePlan],
+    primary_key: tuple[str, ...],
+    base_schema: pa.Schema,
+    storage_options: Mapping[str, str],
+) -> BatchCollapse:
+    """A batch's merge source: held in memory when `engine` runs here, staged in storage when remote."""
+    if engine.remote:
+        return collapse_staged(engine, plans, primary_key, base_schema, storage_options)
+    return collapse_in_process(engine, plans, primary_key, base_schema, storage_options)
 
 
 class _Sources:
@@ -140,7 +160,7 @@ class BatchMerge:
         self,
         table: MemWalTable,
         primary_key: tuple[str, ...],
-        engine: MergeEngine,
+        engine: Engine,
         *,
         retry: RetryPolicy,
         lease_ttl: float = DEFAULT_LEASE_TTL,
@@ -196,7 +216,7 @@ class BatchMerge:
         """Collapse `plans` into a new part of `sources`; the regions that collapsed."""
         schema = self.table.dataset().schema
         try:
-            part = self.engine.collapse_batch(plans, self.primary_key, schema, self.table.storage_options)
+            part = collapse_batch(self.engine, plans, self.primary_key, schema, self.table.storage_options)
         except MemwalError as exc:
             for plan in plans:
                 outcome.fail(plan.region, exc)
