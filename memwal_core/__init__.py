@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         BadInputError,
         ConflictError,
         CorruptMetadataError,
+        EngineJobError,
         FencedError,
         MemwalError,
         StorageError,
@@ -74,6 +75,7 @@ _EXPORTS = {
     "BadInputError": "memwal_core.errors",
     "ConflictError": "memwal_core.errors",
     "CorruptMetadataError": "memwal_core.errors",
+    "EngineJobError": "memwal_core.errors",
     "FencedError": "memwal_core.errors",
     "StorageError": "memwal_core.errors",
 }
@@ -82,6 +84,7 @@ __all__ = [
     "BadInputError",
     "ConflictError",
     "CorruptMetadataError",
+    "EngineJobError",
     "FencedError",
     "GcPolicy",
     "LocalEngine",

@@ -11,13 +11,13 @@ credentials never enter run config, logs or metadata.
 
 Spark sessions are built through `memwal_core.spark_session`, with the
 table's `spark_master`, when a run first asks for one (no session for a local
-run), and injected into the run's engine (`engine`), so every service of the
-run works on that one session. Not dagster-pyspark's `LazyPySparkResource`: it holds one fixed
-`spark_config` per resource, so per-table masters would again need one
-resource key per table, looked up by string; and `spark_session` is what the
-`memwal` command uses, so a Dagster run and a CLI run build the same session
-(settings, the active session reused, MEMWAL_SPARK_MASTER read when the run
-starts rather than when the definitions load).
+run), and injected into the run's engine (`engine`). Not dagster-pyspark's
+`LazyPySparkResource`: it holds one fixed `spark_config` per resource, so
+per-table masters would again need one resource key per table, looked up by
+string; and `spark_session` is what the `memwal` command uses, so a Dagster
+run and a CLI run build the same session (settings, the active session
+reused, MEMWAL_SPARK_MASTER read when the run starts rather than when the
+definitions load).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterator, Sequence, Set
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
@@ -94,19 +94,6 @@ def _is_retryable_conflict(exc: BaseException) -> bool:
 def has_key_index(dataset: Any, primary_key: tuple[str, ...]) -> bool:
     """Whether a scalar index covers the primary key (only then can a merge use one)."""
     return any(list(index.field_names or []) == list(primary_key) for index in dataset.describe_indices())
-
-
-def collapse_batch(
-    engine: Engine,
-    plans: Sequence[RegionMergePlan],
-    primary_key: tuple[str, ...],
-    base_schema: pa.Schema,
-    storage_options: Mapping[str, str],
-) -> BatchCollapse:
-    """A batch's merge source: held in memory when `engine` runs here, staged in storage when remote."""
-    if engine.remote:
-        return collapse_staged(engine, plans, primary_key, base_schema, storage_options)
-    return collapse_in_process(engine, plans, primary_key, base_schema, storage_options)
 
 
 class _Sources:
@@ -213,10 +200,17 @@ class BatchMerge:
     def _collapse(
         self, plans: Sequence[RegionMergePlan], sources: _Sources, outcome: BatchOutcome
     ) -> set[str]:
-        """Collapse `plans` into a new part of `sources`; the regions that collapsed."""
+        """Collapse `plans` into a new part of `sources`; the regions that collapsed.
+
+        The part is held in memory when the engine runs here, staged in the
+        table's storage when it is remote (its tasks run in other processes).
+        """
         schema = self.table.dataset().schema
+        collapse = collapse_staged if self.engine.remote else collapse_in_process
         try:
-            part = collapse_batch(self.engine, plans, self.primary_key, schema, self.table.storage_options)
+            part: BatchCollapse = collapse(
+                self.engine, plans, self.primary_key, schema, self.table.storage_options
+            )
         except MemwalError as exc:
             for plan in plans:
                 outcome.fail(plan.region, exc)
