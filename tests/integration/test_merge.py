@@ -11,22 +11,18 @@ import pytest
 
 from memwal_core.demo import write_demo_table
 from memwal_core.format.naming import STAGING_DIR
-from memwal_core.services.engine import Engine, LocalEngine, SparkEngine
+from memwal_core.services.engine import Engine
 from memwal_core.services.merge.service import merge
-from memwal_core.services.merge.staged import ROWS_PER_TASK_ENV
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
+from tests.support.engines import merge_engine
 from tests.support.model import ModelTable
 from tests.support.schema import PRIMARY_KEY
 
 
 @pytest.fixture(params=["local", "spark"])
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Engine:
-    if request.param == "local":
-        return LocalEngine()
-    # Few rows per task, so even small tables are split over several key partitions.
-    monkeypatch.setenv(ROWS_PER_TASK_ENV, "16")
-    return SparkEngine(request.getfixturevalue("spark"))
+    return merge_engine(request, monkeypatch, rows_per_task=16)
 
 
 def progress(uri: str) -> dict[str, int]:

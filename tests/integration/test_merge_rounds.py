@@ -18,12 +18,12 @@ import pyarrow as pa
 import pytest
 
 from memwal_core.errors import BadInputError
-from memwal_core.services.engine import Engine, LocalEngine, SparkEngine
+from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.merge.service import merge
-from memwal_core.services.merge.staged import ROWS_PER_TASK_ENV
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
+from tests.support.engines import merge_engine
 from tests.support.model import ModelTable
 from tests.support.paths import PROJECT_ROOT
 from tests.support.schema import key_field
@@ -39,10 +39,7 @@ SCHEMA = pa.schema(
 
 @pytest.fixture(params=["local", "spark"])
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Engine:
-    if request.param == "local":
-        return LocalEngine()
-    monkeypatch.setenv(ROWS_PER_TASK_ENV, "8")
-    return SparkEngine(request.getfixturevalue("spark"))
+    return merge_engine(request, monkeypatch, rows_per_task=8)
 
 
 def regions_table(path: Path, regions: int, generations: int, rows: int = 6) -> tuple[ModelTable, list[str]]:

@@ -1,4 +1,4 @@
-"""The engine contract, checked alike on every engine (`memwal_core/services/engine.py`).
+"""Engines for tests: each merge test on both engines, and the engine contract checked alike on every engine.
 
 Tasks are nested functions, so a Spark engine ships them by value: an
 executor need not import the tests.
@@ -11,7 +11,19 @@ import time
 import pytest
 
 from memwal_core.errors import EngineJobError, SchemaError
-from memwal_core.services.engine import Engine
+from memwal_core.services.engine import Engine, LocalEngine, SparkEngine
+from memwal_core.services.merge.staged import ROWS_PER_TASK_ENV
+
+
+def merge_engine(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, rows_per_task: int
+) -> Engine:
+    """The engine `request.param` names: local, or Spark on the shared session, cutting key partitions of
+    `rows_per_task` rows (few, so that even small tables are split over several tasks)."""
+    if request.param == "local":
+        return LocalEngine()
+    monkeypatch.setenv(ROWS_PER_TASK_ENV, str(rows_per_task))
+    return SparkEngine(request.getfixturevalue("spark"))
 
 
 def check_engine_contract(engine: Engine) -> None:
