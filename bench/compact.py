@@ -28,22 +28,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import lance
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCE_LOG", "error")
 
-from bench.merge import build, check, warm_executors
-from memwal_core.services.compact import (
-    DEFAULT_TARGET_ROWS,
-    CompactionResult,
-    LocalCompactionEngine,
-    SparkCompactionEngine,
-    compact,
-)
-from memwal_core.services.merge.engine import LocalEngine
+from bench.merge import build, check, spark_engine
+from memwal_core.services.compact import DEFAULT_TARGET_ROWS, CompactionResult, compact
+from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.service import merge
 from memwal_core.table import MemWalTable
 
@@ -77,7 +70,7 @@ def scan_seconds(uri: str, repeats: int) -> float:
 
 
 def run_engine(
-    source: str, uri: str, engine: Any, target_rows: int, model: Model, repeats: int
+    source: str, uri: str, engine: Engine, target_rows: int, model: Model, repeats: int
 ) -> tuple[CompactionResult, list[float]]:
     """Compact fresh copies of `source` at `uri`; the wall seconds (all phases) of each run and the last result.
 
@@ -112,20 +105,6 @@ def report(result: CompactionResult, runs: list[float]) -> float:
     return seconds
 
 
-def spark_engine() -> SparkCompactionEngine:
-    """A `local[2]` session, started and warmed up outside the timings."""
-    from memwal_core.spark_session import spark_session
-
-    started = time.perf_counter()
-    session = spark_session("local[2]", {"spark.ui.enabled": "false"})
-    session.range(1).count()
-    print(f"spark session start (local[2]): {time.perf_counter() - started:.1f} s (not included below)")
-    started = time.perf_counter()
-    warm_executors(session)
-    print(f"executor warm-up: {time.perf_counter() - started:.1f} s (not included)", flush=True)
-    return SparkCompactionEngine(session)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rows", type=int, default=4_000_000, help="base rows (400000 for a quick check)")
@@ -137,9 +116,9 @@ def main() -> None:
     parser.add_argument("--skip-spark", action="store_true")
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     args = parser.parse_args()
-    engines: dict[str, Any] = {"local": LocalCompactionEngine()}
+    engines: dict[str, Engine] = {"local": LocalEngine()}
     if not args.skip_spark:
-        engines["spark"] = spark_engine()
+        engines["spark"] = spark_engine("local[2]")
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         source = str(Path(tmp) / "merged")
         started = time.perf_counter()

@@ -142,9 +142,10 @@ def main() -> None:
             print(f"  (b)/(n) rows/s {kind}: {results[f'n-{kind}'] / results[f'b-{kind}']:.2f}")
             print(f"  routing share of (b) {kind}: {100 * routing / results[f'b-{kind}']:.1f} %  (aim < 5 %)")
         if not args.skip_spark:
-            from memwal_core.spark_session import spark_session
+            from memwal_core.services.engine import SparkEngine
 
-            spark_session().range(1).count()  # start the JVM and workers before timing
+            spark = SparkEngine()
+            spark.session.range(1).count()  # start the JVM and workers before timing
             source = root / "source"
             source.mkdir()
             for i, part in enumerate(range(0, len(parts), max(1, len(parts) // 8))):
@@ -154,7 +155,7 @@ def main() -> None:
             uri = new_table(root, bucket_column="id", num_buckets=4)
 
             def spark_run() -> None:
-                ingest(MemWalTable.open(uri), [str(source)], engine="spark")
+                ingest(MemWalTable.open(uri), [str(source)], engine=spark)
 
             spark_seconds = timed("(s) Spark ingestion from Parquet, 4 regions", args.rows, spark_run)
             print(f"  (s)/(n) rows/s durable: {results['n-durable'] / spark_seconds:.2f}")

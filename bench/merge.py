@@ -34,9 +34,9 @@ from lance.mem_wal import CompactedSsTable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCE_LOG", "error")
 
+from memwal_core.services.engine import Engine, LocalEngine, SparkEngine
 from memwal_core.services.merge.collapse import collapse_tables, read_generation
 from memwal_core.services.merge.commit import commit_region, delete_predicate
-from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.plan import plan_merge
 from memwal_core.services.merge.service import merge
 from memwal_core.table import MemWalTable
@@ -146,13 +146,13 @@ def naive_loop(uri: str) -> None:
             )
 
 
-def scale(name: str, repeats: int, spark_engine: MergeEngine | None, workdir: Path, loop: bool) -> None:
+def scale(name: str, repeats: int, spark_engine: Engine | None, workdir: Path, loop: bool) -> None:
     for index in (False, True):
         run_case(name, index, repeats, spark_engine, workdir, loop)
 
 
 def run_case(
-    name: str, index: bool, repeats: int, spark_engine: MergeEngine | None, workdir: Path, loop: bool
+    name: str, index: bool, repeats: int, spark_engine: Engine | None, workdir: Path, loop: bool
 ) -> None:
     """One scale, with or without a BTree index on the key: all strategies, then the ratios."""
     base_rows, generations, per_generation = SCALES[name]
@@ -213,18 +213,29 @@ def run_case(
     shutil.rmtree(uri, ignore_errors=True)
 
 
-def warm_executors(session: Any) -> None:
-    """Start every executor's Python worker and import what merge tasks import, as a service would have."""
+def spark_engine(master: str | None = None) -> SparkEngine:
+    """A Spark engine whose session is started, and whose executors have imported what tasks import,
+    outside the timings (as a running service has them); both times are printed."""
+    from memwal_core.spark_session import spark_session
 
-    def load(batches: Any) -> Any:
+    def load(_slot: int) -> None:  # nested, so it ships by value: executors cannot import `bench`
         import lance  # noqa: F401
 
         import memwal_core.services.merge.collapse  # noqa: F401
 
-        yield from batches
-
-    slots = session.sparkContext.defaultParallelism
-    session.range(0, slots, 1, slots).mapInArrow(load, "id long").count()
+    started = time.perf_counter()
+    session = spark_session(master, {"spark.ui.enabled": "false"})
+    session.range(1).count()
+    print(
+        f"spark session start ({session.sparkContext.master}): {time.perf_counter() - started:.1f} s (not included)"
+    )
+    engine = SparkEngine(session)
+    started = time.perf_counter()
+    engine.run(load, range(engine.parallelism()), what="executor warm-up")
+    print(
+        f"executor warm-up (python workers import lance): {time.perf_counter() - started:.1f} s (not included)"
+    )
+    return engine
 
 
 def main() -> None:
@@ -235,24 +246,10 @@ def main() -> None:
     parser.add_argument("--skip-loop", action="store_true", help="leave out (c), the slowest strategy")
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     args = parser.parse_args()
-    spark_engine: MergeEngine | None = None
-    if not args.skip_spark:
-        from memwal_core.services.merge.spark_engine import SparkEngine
-        from memwal_core.spark_session import spark_session
-
-        started = time.perf_counter()
-        session = spark_session(None, {"spark.ui.enabled": "false"})
-        session.range(1).count()
-        print(f"spark session start: {time.perf_counter() - started:.1f} s (not included below)")
-        started = time.perf_counter()
-        warm_executors(session)
-        print(
-            f"executor warm-up (python workers import lance): {time.perf_counter() - started:.1f} s (not included)"
-        )
-        spark_engine = SparkEngine(session)
+    spark = None if args.skip_spark else spark_engine()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for name in ("S", "L") if args.scale == "both" else (args.scale,):
-            scale(name, args.repeats, spark_engine, Path(tmp), not args.skip_loop)
+            scale(name, args.repeats, spark, Path(tmp), not args.skip_loop)
 
 
 if __name__ == "__main__":

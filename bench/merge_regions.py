@@ -38,10 +38,10 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCE_LOG", "error")
 
-from bench.merge import warm_executors
+from bench.merge import spark_engine
+from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.collapse import collapse_tables, read_generation
 from memwal_core.services.merge.commit import SINGLE, CommitPlan, commit_batch, commit_region
-from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.plan import plan_merge
 from memwal_core.services.merge.service import merge
 from memwal_core.table import MemWalTable
@@ -130,7 +130,7 @@ def collapsed_in_advance(uri: str) -> dict[str, tuple[int, pa.Table, pa.Table]]:
     return out
 
 
-def run_case(name: str, args: argparse.Namespace, spark_engine: MergeEngine | None, workdir: Path) -> None:
+def run_case(name: str, args: argparse.Namespace, spark: Engine | None, workdir: Path) -> None:
     regions, generations, per_generation = CASES[name]
     uri = str(workdir / f"case-{name}")
     shutil.rmtree(uri, ignore_errors=True)
@@ -155,7 +155,7 @@ def run_case(name: str, args: argparse.Namespace, spark_engine: MergeEngine | No
         for region, (g, live, deleted) in prepared.items():
             commit_region(lance.dataset(uri), ("id",), region, g, live, deleted, use_index=False)
 
-    def memwal(engine: MergeEngine) -> Callable[[], None]:
+    def memwal(engine: Engine) -> Callable[[], None]:
         def run() -> None:
             with MemWalTable.open(uri) as table:
                 result = merge(table, engine=engine)
@@ -168,8 +168,8 @@ def run_case(name: str, args: argparse.Namespace, spark_engine: MergeEngine | No
         "f round floor": timed(uri, version, model, "f", round_floor, args.repeats),
         "a local": timed(uri, version, model, "a", memwal(LocalEngine()), args.repeats),
     }
-    if spark_engine is not None:
-        results["b spark"] = timed(uri, version, model, "b", memwal(spark_engine), args.repeats)
+    if spark is not None:
+        results["b spark"] = timed(uri, version, model, "b", memwal(spark), args.repeats)
     results["p region floor"] = timed(uri, version, model, "p", region_floor, args.floor_repeats)
     for label, seconds in results.items():
         print(f"  ({label:<14}) {seconds:8.2f} s")
@@ -190,21 +190,10 @@ def main() -> None:
     parser.add_argument("--skip-spark", action="store_true")
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     args = parser.parse_args()
-    spark_engine: MergeEngine | None = None
-    if not args.skip_spark:
-        from memwal_core.services.merge.spark_engine import SparkEngine
-        from memwal_core.spark_session import spark_session
-
-        started = time.perf_counter()
-        session = spark_session(None, {"spark.ui.enabled": "false"})
-        warm_executors(session)
-        print(
-            f"spark session start and executor warm-up: {time.perf_counter() - started:.1f} s (not included)"
-        )
-        spark_engine = SparkEngine(session)
+    spark = None if args.skip_spark else spark_engine()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for name in ("wide", "deep") if args.case == "both" else (args.case,):
-            run_case(name, args, spark_engine, Path(tmp))
+            run_case(name, args, spark, Path(tmp))
 
 
 if __name__ == "__main__":

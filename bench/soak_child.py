@@ -213,10 +213,9 @@ def run_service(args: argparse.Namespace) -> None:
 
 
 def _merge(table: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from memwal_core.services.merge.engine import make_engine
     from memwal_core.services.merge.service import merge
 
-    result = merge(table, engine=make_engine("local"))
+    result = merge(table)
     return {
         "merged": sum(len(r.merged_generations) for r in result.regions),
         "commits": len(result.regions),

@@ -26,12 +26,14 @@ if TYPE_CHECKING:
         BadInputError,
         ConflictError,
         CorruptMetadataError,
+        EngineJobError,
         FencedError,
         MemwalError,
         StorageError,
     )
     from memwal_core.services.catchup import catchup
     from memwal_core.services.compact import compact
+    from memwal_core.services.engine import LocalEngine, SparkEngine
     from memwal_core.services.gc.rules import GcPolicy
     from memwal_core.services.gc.service import gc
     from memwal_core.services.ingest.service import ingest
@@ -60,6 +62,8 @@ _EXPORTS = {
     "catchup": "memwal_core.services.catchup",
     "build_snapshot": "memwal_core.services.snapshot.service",
     "compact": "memwal_core.services.compact",
+    "LocalEngine": "memwal_core.services.engine",
+    "SparkEngine": "memwal_core.services.engine",
     "retain": "memwal_core.services.retain",
     "gc": "memwal_core.services.gc.service",
     "GcPolicy": "memwal_core.services.gc.rules",
@@ -71,6 +75,7 @@ _EXPORTS = {
     "BadInputError": "memwal_core.errors",
     "ConflictError": "memwal_core.errors",
     "CorruptMetadataError": "memwal_core.errors",
+    "EngineJobError": "memwal_core.errors",
     "FencedError": "memwal_core.errors",
     "StorageError": "memwal_core.errors",
 }
@@ -79,13 +84,16 @@ __all__ = [
     "BadInputError",
     "ConflictError",
     "CorruptMetadataError",
+    "EngineJobError",
     "FencedError",
     "GcPolicy",
+    "LocalEngine",
     "MemWalTable",
     "MemWalWriter",
     "MemwalError",
     "MergeBudget",
     "RegionSpecChoice",
+    "SparkEngine",
     "StorageError",
     "StorageOptions",
     "WriterOptions",

@@ -122,12 +122,11 @@ class FencedError(ConflictError):
     """A newer writer claimed the region; this writer must stop."""
 
 
-class SparkMergeError(MemwalError):
-    """The Spark job collapsing a batch failed (the first line of the executor's error)."""
+class EngineJobError(MemwalError):
+    """A task an engine ran (on local threads or a Spark executor) failed with an error not memwal's own.
 
-
-class SparkIngestError(MemwalError):
-    """The Spark ingestion job failed (the executor's message)."""
+    The message names the job and quotes the task's error in one line.
+    """
 
 
 class CatchupError(MemwalError):

@@ -1,4 +1,4 @@
-"""The SparkSession memwal's Spark engines use.
+"""The SparkSession memwal's Spark engine (`services/engine.py`) starts when none is injected.
 
 The master is configuration: `local[*,2]` by default, MEMWAL_SPARK_MASTER or an
 explicit URL (a standalone `spark://host:port`) to scale out. Executors run
@@ -60,10 +60,17 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
 
 
 def executor_error(exc: Exception) -> str:
-    """The most telling line of a Spark failure: the executor's own exception message."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    ours = [line for line in lines if "memwal_core.errors." in line or "Error: region " in line]
-    return first_line((ours or lines or [type(exc).__name__])[-1])
+    """The most telling line of a Spark failure: how the task's own exception begins (`Type: message`).
+
+    Spark wraps it in the worker's traceback (and Java frames); its first line
+    follows the traceback's last frame. Without a traceback, the last line stands.
+    """
+    lines = str(exc).splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    after = lines[frames[-1] + 1 :] if frames else []
+    raised = next((line for line in after if line.strip() and not line[0].isspace()), None)
+    stated = [line.strip() for line in lines if line.strip()]
+    return first_line(raised or (stated or [type(exc).__name__])[-1])
 
 
 def executor_memwal_error(exc: Exception) -> MemwalError | None:

@@ -50,15 +50,9 @@ from memwal_core.cli.render import render
 from memwal_core.errors import MemwalError
 from memwal_core.services.backlog import RegionBacklog, TableBacklog, backlog
 from memwal_core.services.catchup import CatchupResult, catchup
-from memwal_core.services.compact import (
-    CompactionResult,
-    LocalCompactionEngine,
-    SparkCompactionEngine,
-    compact,
-)
+from memwal_core.services.compact import CompactionResult, compact
 from memwal_core.services.gc import rules
 from memwal_core.services.gc.service import GcResult, gc
-from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.result import MergeResult
 from memwal_core.services.merge.service import merge
 from memwal_core.services.result import ServiceResult
@@ -274,11 +268,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
     def base_table(context: AssetExecutionContext, memwal: MemWalResource) -> Iterator[Output[None]]:
         chosen = context.partition_keys
         everything = set(chosen) >= set(context.instance.get_dynamic_partitions(keys.regions_name))
-        engine: MergeEngine = LocalEngine()
-        if table.merge_engine == "spark":
-            from memwal_core.services.merge.spark_engine import SparkEngine
-
-            engine = SparkEngine(memwal.spark_session(table.name))
+        engine = memwal.engine(table.name, table.merge_engine)
 
         def merge_round(opened: MemWalTable) -> tuple[MergeResult, TableBacklog]:
             result = merge(
@@ -306,12 +296,9 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         yield from ()
 
     def run_compaction(memwal: MemWalResource, opened: MemWalTable) -> CompactionResult:
-        engine: Any = LocalCompactionEngine()
-        if table.merge_engine == "spark":
-            engine = SparkCompactionEngine(memwal.spark_session(table.name))
         return compact(
             opened,
-            engine=engine,
+            engine=memwal.engine(table.name, table.merge_engine),
             target_rows_per_fragment=table.compaction_target_rows,
             max_tasks=table.compaction_max_tasks,
         )

@@ -41,8 +41,6 @@ def ingest_job(keys: TableKeys) -> JobDefinition:
     def ingest_files(
         context: OpExecutionContext, config: IngestConfig, memwal: MemWalResource
     ) -> Output[dict[str, Any]]:
-        if config.engine == "spark":  # start the session on the table's master; ingest reuses it
-            memwal.spark_session(name)
         options = WriterOptions(
             durable_write=config.durable_write,
             max_memtable_rows=config.max_memtable_rows,
@@ -52,7 +50,11 @@ def ingest_job(keys: TableKeys) -> JobDefinition:
             memwal,
             keys,
             lambda table: ingest(
-                table, config.sources, fmt=config.format, engine=config.engine, writer_options=options
+                table,
+                config.sources,
+                fmt=config.format,
+                engine=memwal.engine(name, config.engine),
+                writer_options=options,
             ),
         )
         context.log.info(render(result))

@@ -11,12 +11,13 @@ credentials never enter run config, logs or metadata.
 
 Spark sessions are built through `memwal_core.spark_session`, with the
 table's `spark_master`, when a run first asks for one (no session for a local
-merge). Not dagster-pyspark's `LazyPySparkResource`: it holds one fixed
-`spark_config` per resource, so per-table masters would again need one
-resource key per table, looked up by string; and `spark_session` is what the
-`memwal` command uses, so a Dagster run and a CLI run build the same session
-(settings, the active session reused, MEMWAL_SPARK_MASTER read when the run
-starts rather than when the definitions load).
+run), and injected into the run's engine (`engine`). Not dagster-pyspark's
+`LazyPySparkResource`: it holds one fixed `spark_config` per resource, so
+per-table masters would again need one resource key per table, looked up by
+string; and `spark_session` is what the `memwal` command uses, so a Dagster
+run and a CLI run build the same session (settings, the active session
+reused, MEMWAL_SPARK_MASTER read when the run starts rather than when the
+definitions load).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING
 from dagster import Config, ConfigurableResource
 
 from memwal_core.errors import BadInputError
+from memwal_core.services.engine import Engine, SparkEngine, engine_named
 from memwal_core.storage.options import StorageOptions
 from memwal_core.table import MemWalTable
 from memwal_pipelines.config import TableConfig
@@ -80,6 +82,12 @@ class MemWalResource(ConfigurableResource):  # type: ignore[type-arg]
         from memwal_core.spark_session import spark_session
 
         return spark_session(self.location(name).spark_master, SPARK_CONF)
+
+    def engine(self, name: str, kind: str) -> Engine:
+        """Where a run of table `name` does its data work: `kind` "spark" on the run's session, else local."""
+        if kind == "spark":
+            return SparkEngine(self.spark_session(name))
+        return engine_named(kind)
 
 
 def memwal_resource(tables: Sequence[TableConfig]) -> MemWalResource:

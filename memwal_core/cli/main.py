@@ -26,15 +26,14 @@ from memwal_core.services.compact import (
     DEFAULT_MAX_TASKS,
     DEFAULT_TARGET_ROWS,
     compact,
-    make_compaction_engine,
 )
+from memwal_core.services.engine import ENGINES, engine_named
 from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS, GcPolicy
 from memwal_core.services.gc.service import gc
 from memwal_core.services.ingest.service import ingest
 from memwal_core.services.initialize import RegionSpecChoice, initialize
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.merge.commit import AUTO, COMMIT_FORMS
-from memwal_core.services.merge.engine import make_engine
 from memwal_core.services.merge.service import merge
 from memwal_core.services.result import Failure, ServiceResult
 from memwal_core.services.retain import parse_duration, retain
@@ -89,13 +88,12 @@ def _cmd_demo(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 
 
 def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
-    engine = make_engine(args.engine, spark_master=args.spark_master)
     budget = MergeBudget.default(max_rows=args.max_batch_rows, max_bytes=args.max_batch_bytes)
     result = merge(
         table,
         regions=args.region or None,
         max_generations=args.max_generations,
-        engine=engine,
+        engine=engine_named(args.engine, spark_master=args.spark_master),
         budget=budget,
         commit_form=args.commit_form,
         dry_run=args.dry_run,
@@ -122,7 +120,7 @@ def _cmd_snapshot(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 def _cmd_compact(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     result = compact(
         table,
-        engine=make_compaction_engine(args.engine, spark_master=args.spark_master),
+        engine=engine_named(args.engine, spark_master=args.spark_master),
         target_rows_per_fragment=args.target_rows,
         deletion_threshold=args.deletion_threshold,
         max_tasks=args.max_tasks,
@@ -139,7 +137,7 @@ def _cmd_retain(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 
 
 def _engine_arguments(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--engine", choices=["local", "spark"], default="local", help=what)
+    parser.add_argument("--engine", choices=ENGINES, default="local", help=what)
     parser.add_argument(
         "--spark-master", metavar="URL", help="Spark master (default: MEMWAL_SPARK_MASTER or local[*,2])"
     )
@@ -155,8 +153,7 @@ def _cmd_ingest(args: argparse.Namespace, table: MemWalTable) -> Outcome:
         MemWalTable.open(table.uri, table.storage_options),
         args.source,
         fmt=args.format,
-        engine=args.engine,
-        spark_master=args.spark_master,
+        engine=engine_named(args.engine, spark_master=args.spark_master),
         writer_options=options,
     )
     return result, 0

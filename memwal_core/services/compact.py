@@ -3,9 +3,9 @@
 Merges leave many small fragments with deletion files behind; readers pay for
 each. Lance plans the rewrite (`Compaction.plan`, tasks that pickle), each task
 rewrites a group of fragments, and one commit swaps them in (`Compaction.commit`,
-which also remaps indexes and keeps the MemWAL index details). The `spark`
-engine runs one Lance task per Spark task (pylance imported on the executor);
-`local` runs the same tasks in-process.
+which also remaps indexes and keeps the MemWAL index details). The tasks run
+on the given engine (`services/engine.py`): one Spark task per Lance task
+(pylance imported on the executor), or threads of this process.
 
 Coexistence with merges: a compaction commit (Rewrite) and a merge commit
 (Update) over the same fragments conflict, and Lance then rejects the
@@ -28,18 +28,17 @@ import pickle
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from memwal_core.errors import BadInputError
 from memwal_core.model.details_lease import details_lease
 from memwal_core.model.indexes import read_maintained
 from memwal_core.services.catchup import catchup
+from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.result import NOT_IN_JSON, ServiceResult
 from memwal_core.storage.limits import with_lance_defaults
+from memwal_core.storage.object_store import absolute_uri
 from memwal_core.table import MemWalTable
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 DEFAULT_TARGET_ROWS = 1024 * 1024
 DEFAULT_DELETION_THRESHOLD = 0.1
@@ -114,57 +113,28 @@ def plan_compaction(
     )
 
 
-def _run_task(uri: str, version: int, storage_options: Mapping[str, str]) -> Callable[[bytes], bytes]:
-    """The function one (Spark or local) task runs: unpickle a Lance task, execute it, pickle its result."""
+def _rewrite_task(uri: str, version: int, storage_options: Mapping[str, str]) -> Callable[[bytes], bytes]:
+    """What one engine task runs: unpickle a Lance rewrite task, execute it, pickle its result.
+
+    The table's URI is absolute: a remote task may run in another working directory.
+    """
+    absolute = absolute_uri(uri)
 
     def run(blob: bytes) -> bytes:
         import lance
 
-        dataset = lance.dataset(uri, version=version, storage_options=with_lance_defaults(storage_options))
+        dataset = lance.dataset(
+            absolute, version=version, storage_options=with_lance_defaults(storage_options)
+        )
         return pickle.dumps(pickle.loads(blob).execute(dataset))
 
     return run
 
 
-class LocalCompactionEngine:
-    name = "local"
-
-    def execute(self, plan: CompactionPlan, storage_options: Mapping[str, str]) -> list[bytes]:
-        run = _run_task(plan.table_uri, plan.read_version, storage_options)
-        return [run(blob) for blob in plan.tasks]
-
-
-class SparkCompactionEngine:
-    """One Lance rewrite task per Spark task."""
-
-    name = "spark"
-
-    def __init__(self, spark: SparkSession | None = None, *, master: str | None = None) -> None:
-        self._spark = spark
-        self._master = master
-
-    def execute(self, plan: CompactionPlan, storage_options: Mapping[str, str]) -> list[bytes]:
-        from memwal_core.spark_session import spark_session
-        from memwal_core.storage.object_store import absolute_uri
-
-        spark = self._spark or spark_session(self._master)
-        run = _run_task(absolute_uri(plan.table_uri), plan.read_version, storage_options)
-        spark.sparkContext.setJobDescription(f"memwal compaction: {len(plan.tasks)} task(s)")
-        return list(spark.sparkContext.parallelize(list(plan.tasks), len(plan.tasks)).map(run).collect())
-
-
-def make_compaction_engine(name: str, *, spark_master: str | None = None) -> Any:
-    if name == "local":
-        return LocalCompactionEngine()
-    if name == "spark":
-        return SparkCompactionEngine(master=spark_master)
-    raise BadInputError(f"unknown compaction engine {name!r} (use local or spark)")
-
-
 def compact(
     table: MemWalTable,
     *,
-    engine: Any = None,
+    engine: Engine | None = None,
     target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
     deletion_threshold: float = DEFAULT_DELETION_THRESHOLD,
     max_tasks: int = DEFAULT_MAX_TASKS,
@@ -179,7 +149,7 @@ def compact(
     """
     from lance.optimize import Compaction
 
-    engine = engine or LocalCompactionEngine()
+    engine = engine or LocalEngine()
 
     def make_plan() -> CompactionPlan:
         return plan_compaction(
@@ -213,7 +183,9 @@ def compact(
         caught_up_before = table.index_details().index_catchup
         plan = make_plan()
         planned = time.perf_counter()
-        results = [pickle.loads(blob) for blob in engine.execute(plan, table.storage_options)]
+        rewrite = _rewrite_task(plan.table_uri, plan.read_version, table.storage_options)
+        done = engine.run(rewrite, plan.tasks, what=f"compaction ({len(plan.tasks)} rewrite task(s))")
+        results = [pickle.loads(blob) for blob in done]
         executed = time.perf_counter()
         lease.ensure()  # LeaseLostError here, before the commit, if a merger took over meanwhile
         removed = added = 0

@@ -20,7 +20,8 @@ import pytest
 from memwal_core.errors import BadInputError
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.services.catchup import catchup
-from memwal_core.services.compact import SparkCompactionEngine, compact
+from memwal_core.services.compact import compact
+from memwal_core.services.engine import SparkEngine
 from memwal_core.services.gc.rules import RETAINED_VERSION, GcPolicy
 from memwal_core.services.gc.service import gc
 from memwal_core.services.merge.service import merge
@@ -105,7 +106,7 @@ def test_compaction_keeps_rows_progress_catchup_and_indexes(
 ) -> None:
     table, _region = fragmented_table(tmp_path / "t")
     before, fragments = caught_up_before_compaction(table)
-    chosen = SparkCompactionEngine(request.getfixturevalue("spark")) if engine == "spark" else None
+    chosen = SparkEngine(request.getfixturevalue("spark")) if engine == "spark" else None
     with MemWalTable.open(table.uri) as opened:
         result = compact(opened, engine=chosen, target_rows_per_fragment=TARGET_ROWS)
     assert result.fragments_before == fragments and result.fragments_removed == fragments

@@ -20,6 +20,7 @@ import pytest
 
 from memwal_core.errors import BadInputError
 from memwal_core.format.naming import STAGING_DIR
+from memwal_core.services.engine import SparkEngine
 from memwal_core.services.ingest.service import ingest
 from memwal_core.services.writer import MemWalWriter, WriterOptions
 from memwal_core.table import MemWalTable
@@ -71,7 +72,7 @@ def test_spark_ingest_equals_the_source_deduplicated(spark: Any, tmp_path: Path,
     parts = [source_rows(50_000, offset=i * 40_000, tag=f"p{i}-") for i in range(6)]  # overlaps: duplicates
     for i, part in enumerate(parts):
         pq.write_table(part, src / f"part-{i}.parquet")
-    result = ingest(MemWalTable.open(uri), [str(src)], engine="spark")
+    result = ingest(MemWalTable.open(uri), [str(src)], engine=SparkEngine(spark))
     assert result.rows_read == 300_000 and len(result.regions) == buckets
     assert lsm_rows(uri) == model_of(*parts)  # duplicated keys: the later file's row wins
     assert not MemWalTable.open(uri).store.list_files(STAGING_DIR, recursive=True), "staged parts left behind"
@@ -116,7 +117,7 @@ def test_spark_task_killed_mid_way_is_retried_and_fences_its_first_attempt(
             outcome["result"] = ingest(
                 MemWalTable.open(uri),
                 [str(src)],
-                engine="spark",
+                engine=SparkEngine(spark),
                 writer_options=WriterOptions(max_memtable_rows=2_000, max_wal_flush_interval_ms=50),
             )
         except BaseException as exc:  # reported by the assertion below
@@ -206,7 +207,7 @@ def test_bad_input_exits_2_and_writes_nothing(
         assert proc.stderr.count("\n") == 1 and message in proc.stderr and "Traceback" not in proc.stderr
     else:
         with pytest.raises(BadInputError, match=message):
-            ingest(MemWalTable.open(uri), paths, engine="spark")
+            ingest(MemWalTable.open(uri), paths, engine=SparkEngine(spark))
     assert tree_digest(tmp_path / "t") == before
 
 

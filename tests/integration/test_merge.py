@@ -11,22 +11,18 @@ import pytest
 
 from memwal_core.demo import write_demo_table
 from memwal_core.format.naming import STAGING_DIR
-from memwal_core.services.merge.engine import LocalEngine, MergeEngine
+from memwal_core.services.engine import Engine
 from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
+from tests.support.engines import merge_engine
 from tests.support.model import ModelTable
 from tests.support.schema import PRIMARY_KEY
 
 
 @pytest.fixture(params=["local", "spark"])
-def engine(request: pytest.FixtureRequest) -> MergeEngine:
-    if request.param == "local":
-        return LocalEngine()
-    from memwal_core.services.merge.spark_engine import SparkEngine
-
-    # Few rows per task, so even small tables are split over several key partitions.
-    return SparkEngine(request.getfixturevalue("spark"), min_rows_per_task=16)
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Engine:
+    return merge_engine(request, monkeypatch, rows_per_task=16)
 
 
 def progress(uri: str) -> dict[str, int]:
@@ -34,7 +30,7 @@ def progress(uri: str) -> dict[str, int]:
         return {r.region: r.merged_generation for r in status(table).regions}
 
 
-def test_demo_backlog_merges_to_the_model(tmp_path: Path, engine: MergeEngine) -> None:
+def test_demo_backlog_merges_to_the_model(tmp_path: Path, engine: Engine) -> None:
     uri = str(tmp_path / "t")
     log = write_demo_table(uri, base_rows=500, regions=3, rounds=3, rows_per_generation=50)
     with MemWalTable.open(uri) as table:
@@ -76,7 +72,7 @@ def test_merging_in_chunks_keeps_order_and_progress(tmp_path: Path) -> None:
     assert rows == log.model()
 
 
-def test_deletes_reinserts_and_repeated_updates(tmp_path: Path, engine: MergeEngine) -> None:
+def test_deletes_reinserts_and_repeated_updates(tmp_path: Path, engine: Engine) -> None:
     schema = pa.schema([pa.field("id", pa.int64(), False, metadata=PRIMARY_KEY), pa.field("v", pa.string())])
     table = ModelTable(tmp_path / "t", schema, ["id"], [{"id": i, "v": f"base{i}"} for i in range(100)])
     region = table.write(
@@ -138,7 +134,7 @@ VECTOR = pa.list_(pa.float32(), 4)
     ],
     ids=["string-key", "composite-key"],
 )
-def test_payload_types_and_key_kinds(tmp_path: Path, engine: MergeEngine, key_fields: list[pa.Field]) -> None:
+def test_payload_types_and_key_kinds(tmp_path: Path, engine: Engine, key_fields: list[pa.Field]) -> None:
     schema = pa.schema(
         [
             *key_fields,
@@ -173,7 +169,7 @@ def test_payload_types_and_key_kinds(tmp_path: Path, engine: MergeEngine, key_fi
     table.assert_merged()
 
 
-def test_missing_generation_directory_stops_only_its_region(tmp_path: Path, engine: MergeEngine) -> None:
+def test_missing_generation_directory_stops_only_its_region(tmp_path: Path, engine: Engine) -> None:
     uri = str(tmp_path / "t")
     log = write_demo_table(uri, base_rows=200, regions=2, rounds=2, rows_per_generation=20)
     broken, healthy = sorted(log.regions)

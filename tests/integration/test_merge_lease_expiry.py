@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from memwal_core.format.index_details import IndexDetails
+from memwal_core.services.engine import LocalEngine
 from memwal_core.services.merge.commit import SINGLE, TWO_STEP
-from memwal_core.services.merge.engine import LocalEngine
 from memwal_core.services.merge.result import MergeResult
 from memwal_core.services.merge.service import merge
 from memwal_core.table import MemWalTable
@@ -48,13 +48,16 @@ class StallingTable(MemWalTable):
 
 
 class ArmAfterCollapse(LocalEngine):
+    """The local engine, arming the table's stall once a collapse is done (the merge's only engine job)."""
+
     def __init__(self, table: StallingTable) -> None:
+        super().__init__()
         self.table = table
 
-    def collapse_batch(self, *args: Any) -> Any:
-        part = super().collapse_batch(*args)
+    def run(self, task: Any, items: Any, *, what: str) -> Any:
+        collapsed = super().run(task, items, what=what)
         self.table.armed = True
-        return part
+        return collapsed
 
 
 @pytest.mark.parametrize("form", [SINGLE, TWO_STEP])

@@ -8,13 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memwal_core.services.engine import Engine, LocalEngine, SparkEngine
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.merge.commit import AUTO, COMMIT_FORMS
-from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.service import merge
+from memwal_core.services.merge.staged import ROWS_PER_TASK_ENV
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
 from tests.support.model import ModelTable
@@ -49,7 +51,7 @@ Round = tuple[int, int, set[int], str]
 
 
 def run_property(
-    engine: MergeEngine, stream: list[tuple[str, list[int]]], rounds: list[Round], memtable_rows: int
+    engine: Engine, stream: list[tuple[str, list[int]]], rounds: list[Round], memtable_rows: int
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         table = ModelTable(Path(tmp) / "t", SCHEMA, ["id"], [{"id": i, "v": -i} for i in range(0, 40, 2)])
@@ -98,10 +100,9 @@ def test_local_engine_matches_model(
     run_property(LocalEngine(), stream, rounds, memtable_rows)
 
 
-def test_spark_engine_matches_model(spark: Any) -> None:
-    from memwal_core.services.merge.spark_engine import SparkEngine
-
-    engine = SparkEngine(spark, min_rows_per_task=8)
+def test_spark_engine_matches_model(spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ROWS_PER_TASK_ENV, "8")
+    engine = SparkEngine(spark)
 
     @settings(
         max_examples=3,

@@ -18,11 +18,12 @@ import pyarrow as pa
 import pytest
 
 from memwal_core.errors import BadInputError
+from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.batch import MergeBudget
-from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
+from tests.support.engines import merge_engine
 from tests.support.model import ModelTable
 from tests.support.paths import PROJECT_ROOT
 from tests.support.schema import key_field
@@ -37,12 +38,8 @@ SCHEMA = pa.schema(
 
 
 @pytest.fixture(params=["local", "spark"])
-def engine(request: pytest.FixtureRequest) -> MergeEngine:
-    if request.param == "local":
-        return LocalEngine()
-    from memwal_core.services.merge.spark_engine import SparkEngine
-
-    return SparkEngine(request.getfixturevalue("spark"), min_rows_per_task=8)
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Engine:
+    return merge_engine(request, monkeypatch, rows_per_task=8)
 
 
 def regions_table(path: Path, regions: int, generations: int, rows: int = 6) -> tuple[ModelTable, list[str]]:
@@ -65,7 +62,7 @@ def progress(uri: str) -> dict[str, int]:
         return {r.region: r.merged_generation for r in status(table).regions}
 
 
-def test_sixteen_regions_merge_in_one_commit(tmp_path: Path, engine: MergeEngine) -> None:
+def test_sixteen_regions_merge_in_one_commit(tmp_path: Path, engine: Engine) -> None:
     table, ids = regions_table(tmp_path / "t", regions=16, generations=2)
     before = table.dataset().version
     with MemWalTable.open(table.uri) as opened:
@@ -84,7 +81,7 @@ def test_sixteen_regions_merge_in_one_commit(tmp_path: Path, engine: MergeEngine
     assert set(progress(table.uri).values()) == {2}
 
 
-def test_missing_generation_in_a_batch_of_eight(tmp_path: Path, engine: MergeEngine) -> None:
+def test_missing_generation_in_a_batch_of_eight(tmp_path: Path, engine: Engine) -> None:
     table, ids = regions_table(tmp_path / "t", regions=8, generations=2)
     broken = ids[3]
     region_dir = Path(table.uri) / "_mem_wal" / broken
@@ -110,7 +107,7 @@ def test_missing_generation_in_a_batch_of_eight(tmp_path: Path, engine: MergeEng
     table.assert_merged()
 
 
-def test_two_regions_holding_one_key_are_refused(tmp_path: Path, engine: MergeEngine) -> None:
+def test_two_regions_holding_one_key_are_refused(tmp_path: Path, engine: Engine) -> None:
     table = ModelTable(tmp_path / "t", SCHEMA, ["id"], [{"id": i, "v": "base"} for i in range(20)])
     a, b, clean = (str(uuid.UUID(int=n, version=4)) for n in (1, 2, 3))
     table.write(a, [("put", [{"id": 5, "v": "from a"}, {"id": 100, "v": "a"}])])
@@ -259,39 +256,31 @@ def test_memory_stays_within_the_budget(tmp_path: Path) -> None:
     assert progress(copies["bounded"]) == {region: 40}
 
 
-class OutOfBandMerger:
+class OutOfBandMerger(LocalEngine):
     """The local engine, but right after the first collapse another merger commits `region` up to
     `generation` behind the batch's back (as a merger whose lease expired could)."""
 
-    name = "local"
-
     def __init__(self, uri: str, region: str, generation: int) -> None:
+        super().__init__()
         self.uri, self.region, self.generation = uri, region, generation
         self.done = False
 
-    def collapse_batch(self, plans: Any, primary_key: Any, schema: Any, options: Any) -> Any:
+    def run(self, task: Any, items: Any, *, what: str) -> Any:
         import lance
 
         from memwal_core.services.merge.collapse import collapse_local
         from memwal_core.services.merge.commit import commit_region
 
-        part = LocalEngine().collapse_batch(plans, primary_key, schema, options)
+        collapsed = super().run(task, items, what=what)
         if not self.done:
             self.done = True
-            plan = next(p for p in plans if p.region == self.region)
+            plan = next(unit.plan for unit in items if unit.plan.region == self.region)
+            dataset = lance.dataset(self.uri)
             live, deleted = collapse_local(
-                plan.generations[: self.generation], self.region, primary_key, schema, {}
+                plan.generations[: self.generation], self.region, ("id",), dataset.schema, {}
             )
-            commit_region(
-                lance.dataset(self.uri),
-                primary_key,
-                self.region,
-                self.generation,
-                live,
-                deleted,
-                use_index=False,
-            )
-        return part
+            commit_region(dataset, ("id",), self.region, self.generation, live, deleted, use_index=False)
+        return collapsed
 
 
 @pytest.mark.parametrize("overtaken_to", [1, 2])

@@ -14,8 +14,9 @@ import pyarrow as pa
 import pytest
 
 from memwal_core.model.lease import Lease
+from memwal_core.services.engine import LocalEngine
+from memwal_core.services.merge.collapse import collapse_in_process
 from memwal_core.services.merge.commit import SINGLE, TWO_STEP, CommitPlan, commit_checked, commit_region
-from memwal_core.services.merge.engine import LocalEngine
 from memwal_core.services.merge.plan import plan_merge
 from memwal_core.services.merge.service import merge
 from memwal_core.table import MemWalTable
@@ -45,7 +46,7 @@ def overlapping_mergers(path: Path, *, checked: bool, form: CommitPlan | None = 
         y_plan = plan.regions[0]
         assert [g.generation for g in y_plan.generations] == [1, 2]
         y_handle = opened.dataset()
-        y_source = LocalEngine().collapse_batch([y_plan], plan.primary_key, y_handle.schema, {})
+        y_source = collapse_in_process(LocalEngine(), [y_plan], plan.primary_key, y_handle.schema, {})
         live = pa.Table.from_batches(list(y_source.live({region})), schema=y_handle.schema)
         x = merge(opened, max_generations=1)
         assert [r.merged_generations for r in x.regions] == [[1]]

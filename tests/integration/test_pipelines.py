@@ -468,8 +468,14 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     )
 
 
-def test_ingest_job_loads_files_and_the_sensor_merges_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_ingest_job_loads_files_and_the_sensor_merges_them(
+    tmp_path: Path, engine: str, request: pytest.FixtureRequest
+) -> None:
     import pyarrow.parquet as pq
+
+    if engine == "spark":
+        request.getfixturevalue("spark")  # the shared session: the resource's engine is built on it
 
     from tests.support.schema import make_table, model_of, source_rows
 
@@ -481,11 +487,15 @@ def test_ingest_job_loads_files_and_the_sensor_merges_them(tmp_path: Path) -> No
     definitions = build_definitions([keys.table])
     result = definitions.resolve_job_def("t_ingest").execute_in_process(
         instance=instance,
-        run_config={"ops": {"t_ingest_files": {"config": {"sources": [str(tmp_path / "*.parquet")]}}}},
+        run_config={
+            "ops": {
+                "t_ingest_files": {"config": {"sources": [str(tmp_path / "*.parquet")], "engine": engine}}
+            }
+        },
     )
     assert result.success
     output = result.output_for_node("t_ingest_files")
-    assert output["rows_written"] == 5000 and len(output["regions"]) == 4
+    assert output["rows_written"] == 5000 and len(output["regions"]) == 4 and output["engine"] == engine
     (request,) = tick(keys, instance, None).run_requests or []
     merged_run = run_job(keys, instance, "merge", tags=request.tags)
     assert sorted(e.partition for e in merged_run.get_asset_materialization_events()) == sorted(
@@ -496,21 +506,33 @@ def test_ingest_job_loads_files_and_the_sensor_merges_them(tmp_path: Path) -> No
     assert merged == model_of(rows)
 
 
-def test_ingest_job_refuses_a_missing_source(tmp_path: Path) -> None:
-    from tests.support.schema import make_table
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"sources": ["none.parquet"]}, "none.parquet does not exist"),
+        ({"sources": ["*.parquet"], "engine": "flink"}, "unknown engine 'flink' (use local or spark)"),
+    ],
+    ids=["missing-source", "unknown-engine"],
+)
+def test_ingest_job_refuses_bad_config_in_one_line(
+    tmp_path: Path, config: dict[str, Any], message: str
+) -> None:
+    import pyarrow.parquet as pq
+
+    from tests.support.schema import make_table, source_rows
 
     keys = TableKeys(TableConfig(name="t", uri=make_table(tmp_path / "t")))
+    pq.write_table(source_rows(10), tmp_path / "src.parquet")
+    sources = [str(tmp_path / source) for source in config["sources"]]
     result = (
         build_definitions([keys.table])
         .resolve_job_def("t_ingest")
         .execute_in_process(
             instance=DagsterInstance.ephemeral(),
-            run_config={"ops": {"t_ingest_files": {"config": {"sources": [str(tmp_path / "none.parquet")]}}}},
+            run_config={"ops": {"t_ingest_files": {"config": {**config, "sources": sources}}}},
             raise_on_error=False,
         )
     )
     assert not result.success
     (failure,) = [e for e in result.all_events if e.is_step_failure]
-    assert "source" in str(failure.event_specific_data) and "does not exist" in str(
-        failure.event_specific_data
-    )
+    assert message in str(failure.event_specific_data)

@@ -10,11 +10,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from memwal_core.demo import write_demo_table
 from memwal_core.format.naming import STAGING_DIR
 from memwal_core.format.proto import memwal_pb2 as pb
+from memwal_core.services.engine import SparkEngine
 from memwal_core.services.merge.service import merge
-from memwal_core.services.merge.spark_engine import SparkEngine
+from memwal_core.services.merge.staged import ROWS_PER_TASK_ENV
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
 from tests.support.paths import PROJECT_ROOT
@@ -53,13 +56,14 @@ def test_status_and_merge_on_s3(seaweed: Any) -> None:
     assert rows == log.model()
 
 
-def test_spark_merge_on_s3(seaweed: Any, spark: Any) -> None:
+def test_spark_merge_on_s3(seaweed: Any, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Executors read generations from S3 and stage their output there; the staging is cleaned up."""
+    monkeypatch.setenv(ROWS_PER_TASK_ENV, "16")
     uri = f"s3://memwal-test/tables/{uuid.uuid4().hex}"
     options = seaweed.storage_options()
     log = write_demo_table(uri, options, base_rows=300, regions=2, rounds=2, rows_per_generation=30)
     with MemWalTable.open(uri, options) as table:
-        result = merge(table, engine=SparkEngine(spark, min_rows_per_task=16))
+        result = merge(table, engine=SparkEngine(spark))
         assert not result.failures and result.generations_merged > 0
         assert status(table).pending_total == 0
         rows = {r["id"]: (r["name"], r["score"]) for r in table.dataset().to_table().to_pylist()}
@@ -114,7 +118,7 @@ def test_spark_merge_on_standalone_cluster(standalone_spark: Any, tmp_path: Path
         text=True,
         cwd=tmp_path,
         # Few rows per task: the region is split over several executor tasks.
-        env={**os.environ, "MEMWAL_SPARK_ROWS_PER_TASK": "40", "PYTHONPATH": str(PROJECT_ROOT)},
+        env={**os.environ, ROWS_PER_TASK_ENV: "40", "PYTHONPATH": str(PROJECT_ROOT)},
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

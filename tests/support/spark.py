@@ -1,6 +1,6 @@
 """Spark for tests and benchmarks: a loopback local session and a real standalone cluster.
 
-memwal's Spark engines ship Python functions that `import lance` to the
+memwal's Spark engine ships Python functions that `import lance` to the
 executors, so tests need executors that run this interpreter. The local
 session covers the common case cheaply; `StandaloneSpark` starts a genuine
 master and worker (separate JVMs, separate Python workers) from the scripts

@@ -1,10 +1,15 @@
-"""`ingest`: load files into a MemWAL table through `MemWalWriter`, locally or on Spark.
+"""`ingest`: load files into a MemWAL table through `MemWalWriter`, in this process or on a remote engine.
 
 Every source row is read and checked (types, nulls, columns) before the first
 row is written, so bad input leaves the table untouched. Writes are upserts by
 key: a rerun, or a retried Spark task, leaves the same final rows. A key that
 occurs more than once in the sources ends with its last row (files in sorted
 path order), under either engine.
+
+An engine that runs here streams every file through one writer (no task
+needed: one writer per region is the rule anyway); a remote engine stages
+the routed rows in the table's storage and writes each region in its own
+task (`staged.py`).
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ from dataclasses import dataclass
 
 from memwal_core.errors import BadInputError
 from memwal_core.model.routing import region_spec_of
+from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.ingest.sources import Ingested, SourceFiles, resolve_sources
+from memwal_core.services.ingest.staged import write_staged
 from memwal_core.services.result import ServiceResult
 from memwal_core.services.writer import MemWalWriter, WriterOptions
 from memwal_core.table import MemWalTable
@@ -55,33 +62,30 @@ def ingest(
     paths: Sequence[str],
     *,
     fmt: str | None = None,
-    engine: str = "local",
-    spark_master: str | None = None,
+    engine: Engine | None = None,
     writer_options: WriterOptions | None = None,
     source_options: Mapping[str, str] | None = None,
 ) -> IngestResult:
     """Load `paths` (files, directories or globs) into `table`.
 
-    `source_options` are storage options for S3 sources (default: the table's).
+    `source_options` are storage options for S3 sources (default: the table's);
+    `engine` defaults to `LocalEngine()`.
     """
-    if engine not in ("local", "spark"):
-        raise BadInputError(f"unknown ingest engine {engine!r} (use local or spark)")
+    engine = engine or LocalEngine()
     started = time.monotonic()
     if region_spec_of(table.latest) is None:
         raise BadInputError(f"table {table.uri} has manually managed regions: ingestion needs a region spec")
     sources = resolve_sources(paths, fmt, table.storage_options if source_options is None else source_options)
     options = writer_options or WriterOptions()
-    if engine == "local":
-        done = _write_local(table, sources, options)
+    if engine.remote:
+        done = write_staged(engine, table, sources, options)
     else:
-        from memwal_core.services.ingest.spark_job import write_spark
-
-        done = write_spark(table, sources, options, master=spark_master)
+        done = _write_local(table, sources, options)
     return IngestResult(
         table=table.uri,
         read_version=table.latest.version,
         seconds=time.monotonic() - started,
-        engine=engine,
+        engine=engine.name,
         files=len(sources.files),
         rows_read=done.rows_read,
         rows_written=done.rows_written,

@@ -33,16 +33,23 @@ from memwal_core.errors import (
 from memwal_core.lance_errors import is_retries_exhausted
 from memwal_core.model.details_lease import details_lease
 from memwal_core.model.lease import Lease
-from memwal_core.services.merge.collapse import BatchCollapse, RegionCollapse, shared_key, shared_key_error
+from memwal_core.services.engine import Engine
+from memwal_core.services.merge.collapse import (
+    BatchCollapse,
+    RegionCollapse,
+    collapse_in_process,
+    shared_key,
+    shared_key_error,
+)
 from memwal_core.services.merge.commit import (
     AUTO,
     CommitPlan,
     choose_commit,
     commit_checked,
 )
-from memwal_core.services.merge.engine import MergeEngine
 from memwal_core.services.merge.plan import RegionMergePlan
 from memwal_core.services.merge.result import BatchResult, RegionMergeResult
+from memwal_core.services.merge.staged import collapse_staged
 from memwal_core.services.result import Failure
 from memwal_core.storage.retry import RetryPolicy
 from memwal_core.table import MemWalTable
@@ -140,7 +147,7 @@ class BatchMerge:
         self,
         table: MemWalTable,
         primary_key: tuple[str, ...],
-        engine: MergeEngine,
+        engine: Engine,
         *,
         retry: RetryPolicy,
         lease_ttl: float = DEFAULT_LEASE_TTL,
@@ -193,10 +200,17 @@ class BatchMerge:
     def _collapse(
         self, plans: Sequence[RegionMergePlan], sources: _Sources, outcome: BatchOutcome
     ) -> set[str]:
-        """Collapse `plans` into a new part of `sources`; the regions that collapsed."""
+        """Collapse `plans` into a new part of `sources`; the regions that collapsed.
+
+        The part is held in memory when the engine runs here, staged in the
+        table's storage when it is remote (its tasks run in other processes).
+        """
         schema = self.table.dataset().schema
+        collapse = collapse_staged if self.engine.remote else collapse_in_process
         try:
-            part = self.engine.collapse_batch(plans, self.primary_key, schema, self.table.storage_options)
+            part: BatchCollapse = collapse(
+                self.engine, plans, self.primary_key, schema, self.table.storage_options
+            )
         except MemwalError as exc:
             for plan in plans:
                 outcome.fail(plan.region, exc)

@@ -3,8 +3,8 @@
 Generations are read in ascending order; within each, Lance's deletion vector
 already keeps only the last write of a key. Across generations the newest
 wins. A winning row with `_tombstone = true` is a delete; the rest are
-upserts. Both engines collapse with these functions (the `local` engine in
-the calling process, the `spark` engine inside its tasks), so they agree.
+upserts. Every engine collapses with these functions (in the calling
+process, or inside Spark tasks: `staged.py`), so they agree.
 
 A batch of regions is collapsed region by region: regions never share keys
 (the spec's rule), so concatenating their collapsed rows is exact. A key
@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from memwal_core.errors import CorruptMetadataError, MemwalError, NotFoundError, SchemaError, first_line
 from memwal_core.model.rows import conform
+from memwal_core.services.engine import Engine
 from memwal_core.services.merge.plan import GenerationSource, RegionMergePlan
 from memwal_core.storage.limits import with_lance_defaults
 
@@ -32,8 +33,6 @@ TOMBSTONE = "_tombstone"
 # The region a collapsed key came from, in the key tables `shared_key` checks and in staged files.
 REGION_COLUMN = "_memwal_region"
 READ_THREADS = 8
-# Regions collapsed at once in one process: Lance and pandas release the GIL for most of it.
-REGION_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -122,9 +121,13 @@ def key_partition(rows: pa.Table, primary_key: Sequence[str], partitions: int) -
     return pa.array(hashes % partitions)
 
 
+# A unit's live rows, deleted keys and figures.
+Collapsed = tuple[pa.Table, pa.Table, RegionCollapse]
+
+
 @dataclass(frozen=True)
 class CollapseUnit:
-    """One region's prefix, or one key partition of it (the Spark engine splits large regions)."""
+    """One region's prefix, or one key partition of it (a remote engine's tasks split large regions)."""
 
     plan: RegionMergePlan
     part: int = 0
@@ -140,7 +143,7 @@ def collapse_unit(
     primary_key: Sequence[str],
     base_schema: pa.Schema,
     storage_options: Mapping[str, str] | None,
-) -> tuple[pa.Table, pa.Table, RegionCollapse]:
+) -> Collapsed:
     """Read a unit's generations (in parallel threads), keep its key partition, and collapse them."""
 
     def read(source: GenerationSource) -> pa.Table:
@@ -204,7 +207,7 @@ def shared_key_error(key: tuple[object, ...], regions: Sequence[str]) -> Corrupt
 
 @dataclass
 class InMemoryCollapse:
-    """The local engine's collapse: every region's rows held in this process."""
+    """A collapse in this process: every region's rows held in memory."""
 
     live_tables: dict[str, pa.Table] = field(default_factory=dict)
     deleted_tables: dict[str, pa.Table] = field(default_factory=dict)
@@ -233,30 +236,50 @@ class InMemoryCollapse:
         self.deleted_tables.clear()
 
 
+def batch_job(plans: Sequence[RegionMergePlan]) -> str:
+    """How a batch's collapse is named in errors and in Spark's UI."""
+    return f"merge of {len(plans)} region(s), {sum(p.rows for p in plans)} rows"
+
+
+def collapse_units(
+    engine: Engine,
+    units: Sequence[CollapseUnit],
+    primary_key: Sequence[str],
+    base_schema: pa.Schema,
+    storage_options: Mapping[str, str] | None,
+    *,
+    what: str,
+) -> list[Collapsed | MemwalError]:
+    """Every unit collapsed as a task of `engine`; a unit's memwal error is its outcome, so only its region fails."""
+
+    def one(unit: CollapseUnit) -> Collapsed | MemwalError:
+        try:
+            return collapse_unit(unit, primary_key, base_schema, storage_options)
+        except MemwalError as exc:
+            return exc
+
+    return engine.run(one, units, what=what)
+
+
 def collapse_in_process(
+    engine: Engine,
     plans: Sequence[RegionMergePlan],
     primary_key: Sequence[str],
     base_schema: pa.Schema,
     storage_options: Mapping[str, str] | None,
 ) -> InMemoryCollapse:
-    """The `local` engine: every region of the batch collapsed in parallel threads of this process."""
+    """A batch collapsed by an engine that runs in this process: every region whole, its rows kept in memory."""
     result = InMemoryCollapse()
-
-    def one(plan: RegionMergePlan) -> tuple[str, tuple[pa.Table, pa.Table, RegionCollapse] | MemwalError]:
-        try:
-            return plan.region, collapse_unit(CollapseUnit(plan), primary_key, base_schema, storage_options)
-        except MemwalError as exc:
-            return plan.region, exc
-
-    with ThreadPoolExecutor(max(1, min(REGION_THREADS, len(plans)))) as pool:
-        for region, outcome in pool.map(one, plans):
-            if isinstance(outcome, MemwalError):
-                result.failures[region] = outcome
-                continue
-            live, deleted, figures = outcome
-            result.live_tables[region] = live
-            result.deleted_tables[region] = deleted
-            result.regions[region] = figures
+    units = [CollapseUnit(plan) for plan in plans]
+    outcomes = collapse_units(engine, units, primary_key, base_schema, storage_options, what=batch_job(plans))
+    for plan, outcome in zip(plans, outcomes, strict=True):
+        if isinstance(outcome, MemwalError):
+            result.failures[plan.region] = outcome
+            continue
+        live, deleted, figures = outcome
+        result.live_tables[plan.region] = live
+        result.deleted_tables[plan.region] = deleted
+        result.regions[plan.region] = figures
     return result
 
 

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from memwal_core.model.details_lease import check_details_lease
+from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.batch import MergeBudget, next_batch
 from memwal_core.services.merge.batch_merge import DEFAULT_LEASE_TTL, BatchMerge
 from memwal_core.services.merge.commit import AUTO, check_commit_form
-from memwal_core.services.merge.engine import LocalEngine, MergeEngine
 from memwal_core.services.merge.plan import MergePlan, RegionMergePlan, plan_merge
 from memwal_core.services.merge.result import BatchResult, MergeResult, RegionMergeResult
 from memwal_core.storage.retry import RetryPolicy
@@ -54,7 +54,7 @@ def merge(
     *,
     regions: Iterable[str] | None = None,
     max_generations: int | None = None,
-    engine: MergeEngine | None = None,
+    engine: Engine | None = None,
     budget: MergeBudget | None = None,
     dry_run: bool = False,
     retry: RetryPolicy | None = None,
@@ -67,7 +67,8 @@ def merge(
 
     `max_generations` caps what each region merges in this round; `budget`
     caps what one batch collapses (default: a share of the machine's memory);
-    `commit_form` forces how batches commit (see `commit.py`; default: chosen per commit).
+    `commit_form` forces how batches commit (see `commit.py`; default: chosen per commit);
+    `engine` runs the collapse (default: `LocalEngine()`, threads of this process).
 
     Example:
         >>> with MemWalTable.open("demo/table") as table:  # doctest: +SKIP

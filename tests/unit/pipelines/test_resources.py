@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memwal_core.errors import BadInputError
+from memwal_core.services.engine import LocalEngine
 from memwal_pipelines.config import TableConfig
 from memwal_pipelines.resources import memwal_resource
 
@@ -22,6 +23,13 @@ def test_every_table_by_name_with_its_own_master() -> None:
     assert (memwal.location("orders").uri, memwal.location("orders").spark_master) == ("/data/orders", None)
     with pytest.raises(BadInputError, match="maintains no table 'invoices'"):
         memwal.open("invoices")
+
+
+def test_a_local_run_gets_a_local_engine_and_no_session() -> None:
+    memwal = memwal_resource(TABLES)
+    assert isinstance(memwal.engine("events", "local"), LocalEngine)
+    with pytest.raises(BadInputError, match="unknown engine 'flink'"):
+        memwal.engine("events", "flink")
 
 
 def test_storage_options_come_from_the_tables_variable_and_never_echo_it(

@@ -14,16 +14,8 @@ from memwal_core.services.merge.batch import (
     machine_memory,
     next_batch,
 )
-from memwal_core.services.merge.plan import GenerationSource, RegionMergePlan
-
-
-def region(name: str, sizes: list[int], merged: int = 0) -> RegionMergePlan:
-    """A region plan with one generation per size (rows; bytes = 10 x rows)."""
-    generations = tuple(
-        GenerationSource(merged + i + 1, f"mem://{name}/{i}", rows=n, bytes=10 * n)
-        for i, n in enumerate(sizes)
-    )
-    return RegionMergePlan("mem://t", name, merged, 1, generations)
+from memwal_core.services.merge.plan import RegionMergePlan
+from tests.unit.services.merge.plans import region
 
 
 def all_batches(plans: list[RegionMergePlan], budget: MergeBudget) -> list[list[RegionMergePlan]]:
