@@ -32,10 +32,10 @@ from memwal_core.errors import MemwalError
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.naming import MEM_WAL_DIR
 from memwal_core.format.regions import RegionManifest
+from memwal_core.model.details_commit import ProgressRepair, commit_details
 from memwal_core.model.details_lease import details_lease
 from memwal_core.model.indexes import MaintainedIndexes, read_maintained
 from memwal_core.services.result import Failure
-from memwal_core.services.snapshot.details_commit import ProgressRepair, commit_details
 from memwal_core.table import MemWalTable
 
 

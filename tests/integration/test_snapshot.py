@@ -22,13 +22,13 @@ from memwal_core.cli.main import main
 from memwal_core.demo import DEMO_SCHEMA, write_demo_table
 from memwal_core.format.naming import parse_bitrev64, wal_entry_name
 from memwal_core.format.region_snapshot import RegionSnapshotRow
-from memwal_core.model.details_lease import details_lease
-from memwal_core.services.merge.service import merge
-from memwal_core.services.snapshot.details_commit import (
+from memwal_core.model.details_commit import (
     progress_regressions,
     repair_progress,
     rewrite_details,
 )
+from memwal_core.model.details_lease import details_lease
+from memwal_core.services.merge.service import merge
 from memwal_core.services.snapshot.service import SnapshotResult, build_snapshot
 from memwal_core.services.snapshot.stored import read_stored_snapshot
 from memwal_core.services.status import status
