@@ -77,23 +77,7 @@ class RegionManifest:
             recorded = uuid_to_str(message.shard_id, what=f"region manifest {where}")
             if recorded != region:
                 raise CorruptMetadataError(f"region manifest {where} belongs to region {recorded}")
-        generations = tuple(
-            sorted(
-                (
-                    FlushedGeneration(
-                        generation=s.generation,
-                        path=s.path,
-                        physical_rows=s.physical_rows if s.HasField("physical_rows") else None,
-                        in_memory_bytes=s.in_memory_bytes if s.HasField("in_memory_bytes") else None,
-                    )
-                    for s in message.sstables
-                ),
-                key=lambda g: g.generation,
-            )
-        )
-        numbers = [g.generation for g in generations]
-        if len(set(numbers)) != len(numbers):
-            raise CorruptMetadataError(f"region manifest {where} lists a generation twice")
+        generations = _distinct_generations(message, where)
         if any(not g.path or "/" in g.path or g.path in (".", "..") for g in generations):
             raise CorruptMetadataError(f"region manifest {where} lists a generation outside its region")
         return cls(
@@ -109,3 +93,32 @@ class RegionManifest:
             sealed=message.status == pb.SEALED,
             raw=data,
         )
+
+
+def _distinct_generations(message: pb.ShardManifest, where: str) -> tuple[FlushedGeneration, ...]:
+    """The listed generations by number, each once.
+
+    Lance's writer lists a generation twice when the response to its flush's
+    manifest PUT is lost: the retry meets the version it wrote itself, takes it
+    for another writer's, and re-applies the flush on top, copying the
+    duplicate into every later version. The same number at the same path is
+    that echo, read as one generation; two paths under one number is
+    corruption, named with both paths.
+    """
+    listed: dict[int, FlushedGeneration] = {}
+    for s in message.sstables:
+        seen = listed.get(s.generation)
+        if seen is not None:
+            if seen.path != s.path:
+                raise CorruptMetadataError(
+                    f"region manifest {where} lists generation {s.generation} at two paths: "
+                    f"{seen.path} and {s.path}"
+                )
+            continue
+        listed[s.generation] = FlushedGeneration(
+            generation=s.generation,
+            path=s.path,
+            physical_rows=s.physical_rows if s.HasField("physical_rows") else None,
+            in_memory_bytes=s.in_memory_bytes if s.HasField("in_memory_bytes") else None,
+        )
+    return tuple(listed[n] for n in sorted(listed))

@@ -11,17 +11,34 @@ A put or delete that returns is acknowledged: with durable writes (the
 default) its WAL entry is stored, and a later writer of the region replays it.
 A call that raises may have written some regions and not others; puts and
 deletes are idempotent by key, so retrying the whole call is safe.
+
+Lost responses on the write path are survived, within bounds:
+- a WAL write whose answer was lost is written again after a fresh claim of
+  the region (its replay holds whatever did land), at most `WRITE_ATTEMPTS`
+  times, before the caller gets `UncertainWriteError`;
+- a claim whose own manifest PUT lost its answer reads as "another writer
+  claimed the region"; it is tried again, at most `CLAIM_ATTEMPTS` times;
+- a native call that has not returned within the storage time limits (Lance
+  retries some lost answers without end) is abandoned as uncertain.
+A native writer given up after a failure may not have flushed what it had
+acknowledged (its close fails too, or never runs): that region is settled by
+a fresh claim (which replays the WAL) and a close before `flush()` or
+`close()` report success, so a writer that closes cleanly leaves every
+acknowledged write in a flushed generation.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
@@ -44,6 +61,7 @@ if TYPE_CHECKING:
     from lance.mem_wal import ShardWriter
 
 log = logging.getLogger("memwal.writer")
+T = TypeVar("T")
 
 LANCE_MEMTABLE_ROWS = 100_000
 # The limits of the one-off claim that replays a WAL generation over our MemTable limits
@@ -56,6 +74,12 @@ RECOVERY_LIMITS = {"max_memtable_rows": 10_000_000, "max_memtable_batches": 1_00
 MAX_WAL_FLUSH_INTERVAL_MS = 60_000
 # Counts and sizes go to Lance and Arrow, which take them as (at most) signed 64-bit integers.
 INT64_MAX = 2**63 - 1
+# Tries at one chunk whose WAL write's answer was lost, each after a fresh claim of the region.
+WRITE_ATTEMPTS = 3
+# Tries at a claim refused as fenced: a lost answer to the claim's own manifest PUT reads that way.
+CLAIM_ATTEMPTS = 3
+# The WAL flush interval assumed when the options leave it to Lance (its default is well under this).
+DEFAULT_WAL_FLUSH_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -113,6 +137,37 @@ def _native_error(region: str, exc: Exception) -> MemwalError:
     return StorageError(f"region {region}: write failed: {first_line(exc)}")
 
 
+def _bounded(call: Callable[[], T], seconds: float, what: str) -> T:
+    """`call()` in a daemon thread, given up as uncertain after `seconds`.
+
+    Lance retries some lost answers without end (a WAL PUT answered 500 is
+    written again at the next position, for as long as the answers are lost),
+    so a native call gets the storage time limits and no more. The thread is
+    a daemon so a call that never returns cannot hold the process at exit.
+    """
+    outcome: list[Any] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # handed to the waiting caller below
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="memwal-native-write", daemon=True).start()
+    if not done.wait(seconds):
+        raise UncertainWriteError(
+            f"{what}: storage did not answer within {seconds:g} s, so the write may or may not have "
+            "been applied; the region is re-claimed before anything else is written to it"
+        )
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
 @dataclass
 class _RegionCounters:
     rows_put: int = 0
@@ -152,6 +207,18 @@ class MemWalWriter:
         )
         self._writers: dict[str, ShardWriter] = {}
         self._fenced: set[str] = set()
+        # Regions whose native writer was given up after a failure: what it acknowledged may be in
+        # the WAL only, so a fresh claim and close must flush it before this writer reports success.
+        self._unsettled: set[str] = set()
+        limits = self.table.storage_options.time_limits()
+        interval = (
+            self.options.max_wal_flush_interval_ms / 1000
+            if self.options.max_wal_flush_interval_ms
+            else DEFAULT_WAL_FLUSH_INTERVAL_S
+        )
+        # One native call: a WAL flush, then every attempt at its requests, twice over (a put may
+        # wait behind a MemTable flush of the same region).
+        self.call_seconds = interval + 2 * (limits.total + limits.request)
         self._counters: dict[str, _RegionCounters] = {}
         self._closed_stats: dict[str, dict[str, Any]] = {}
         self._pool: ThreadPoolExecutor | None = None
@@ -177,13 +244,28 @@ class MemWalWriter:
         if writer is None:
             writer = self._open(region)
             self._writers[region] = writer
+            self._unsettled.discard(region)  # the claim replayed whatever its predecessor left
             self._counters.setdefault(region, _RegionCounters())
         return writer
 
     def _open(self, region: str) -> ShardWriter:
-        """Claim the region; a WAL generation our limits cannot replay is replayed once with larger ones."""
+        """Claim the region, again if the claim reads as fenced (its own answer may have been lost)."""
+        for attempt in range(1, CLAIM_ATTEMPTS + 1):
+            try:
+                return self._claim(region)
+            except FencedError:
+                if attempt == CLAIM_ATTEMPTS:
+                    raise
+                log.warning("region %s: claim %d read as fenced; claiming again", region, attempt)
+                time.sleep(0.1 * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _claim(self, region: str) -> ShardWriter:
+        """One claim; a WAL generation our limits cannot replay is replayed once with larger ones."""
+        native = self.options.native()
+        what = f"region {region}: claim"
         try:
-            return self._dataset.mem_wal_writer(region, **self.options.native())
+            return _bounded(lambda: self._dataset.mem_wal_writer(region, **native), self.call_seconds, what)
         except (OSError, RuntimeError, ValueError) as exc:
             if not is_overfull_replay(exc):
                 raise _native_error(region, exc) from None
@@ -191,35 +273,42 @@ class MemWalWriter:
             "region %s: its WAL holds a generation over our MemTable limits; replaying it once", region
         )
         try:
-            self._dataset.mem_wal_writer(region, **{**self.options.native(), **RECOVERY_LIMITS}).close()
-            return self._dataset.mem_wal_writer(region, **self.options.native())
+            _bounded(
+                lambda: self._dataset.mem_wal_writer(region, **{**native, **RECOVERY_LIMITS}).close(),
+                self.call_seconds,
+                what,
+            )
+            return _bounded(lambda: self._dataset.mem_wal_writer(region, **native), self.call_seconds, what)
         except (OSError, RuntimeError, ValueError) as exc:
             raise _native_error(region, exc) from None
 
     def _discard(self, region: str, error: MemwalError) -> None:
-        """Forget a region's native writer after a failed write; a fenced one is never re-claimed."""
+        """Forget a region's native writer after a failed write; a fenced one is never re-claimed.
+
+        Any other failure leaves the region unsettled until a fresh claim: the
+        writer given up may not have flushed what it acknowledged, and its
+        close is not trusted (it is not even tried after a call that never
+        returned, since it would wait for that call).
+        """
         writer = self._writers.pop(region, None)
         if isinstance(error, FencedError):
             self._fenced.add(region)
-        elif writer is not None and not isinstance(error, BadInputError):
-            with contextlib.suppress(OSError, RuntimeError, ValueError):
-                writer.close()
+            return
+        self._unsettled.add(region)
+        if writer is not None and not isinstance(error, UncertainWriteError):
+            with contextlib.suppress(OSError, RuntimeError, ValueError, UncertainWriteError):
+                _bounded(writer.close, self.call_seconds, f"region {region}: close")
 
     def _write(self, kind: str, parts: dict[str, pa.Table]) -> None:
         """Each region's part through its writer (regions in parallel); the first error is raised."""
-        writers = {region: self._writer(region) for region in parts}
+        for region in parts:
+            if region in self._fenced:
+                raise _fenced(region)
 
         def run(region: str) -> None:
-            write: Callable[[pa.Table], None] = getattr(writers[region], kind)
             rows = parts[region]
-            try:
-                for start in range(0, rows.num_rows, self.chunk_rows):
-                    write(rows.slice(start, self.chunk_rows))
-            except (OSError, RuntimeError, ValueError) as exc:
-                error = _native_error(region, exc)
-                if not isinstance(error, BadInputError):
-                    self._discard(region, error)
-                raise error from None
+            for start in range(0, rows.num_rows, self.chunk_rows):
+                self._write_chunk(kind, region, rows.slice(start, self.chunk_rows))
             counters = self._counters[region]
             counters.calls += 1
             if kind == "put":
@@ -237,6 +326,32 @@ class MemWalWriter:
         for error in errors:
             if error is not None:
                 raise error
+
+    def _write_chunk(self, kind: str, region: str, rows: pa.Table) -> None:
+        """One chunk into a region, written again after a fresh claim while its outcome is uncertain.
+
+        Rewriting is safe: puts and deletes are idempotent by key, and nothing
+        else of this writer's reaches the region in between.
+        """
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                writer = self._writer(region)
+                write: Callable[[pa.Table], None] = getattr(writer, kind)
+                try:
+                    _bounded(functools.partial(write, rows), self.call_seconds, f"region {region}: {kind}")
+                except (OSError, RuntimeError, ValueError) as exc:
+                    raise _native_error(region, exc) from None
+            except UncertainWriteError as error:
+                self._discard(region, error)
+                if attempt == WRITE_ATTEMPTS:
+                    raise
+                log.warning("%s; writing the chunk again after a fresh claim", error)
+                continue
+            except (FencedError, StorageError) as error:
+                if region in self._writers:  # the write failed, not the claim
+                    self._discard(region, error)
+                raise
+            return
 
     # -- API --------------------------------------------------------------
 
@@ -307,16 +422,43 @@ class MemWalWriter:
         self._close_writers()
 
     def _close_writers(self) -> None:
+        """Close every native writer (each flushes), then settle regions whose writer was given up."""
         errors: list[MemwalError] = []
         for region, writer in list(self._writers.items()):
             self._closed_stats[region] = self._merged_native_stats(region, writer)
             try:
-                writer.close()
+                _bounded(writer.close, self.call_seconds, f"region {region}: close")
             except (OSError, RuntimeError, ValueError) as exc:
                 errors.append(_native_error(region, exc))
+                self._unsettled.add(region)
+            except UncertainWriteError as exc:
+                errors.append(exc)
+                self._unsettled.add(region)
             del self._writers[region]
+        for region in sorted(self._unsettled - self._fenced):
+            try:
+                self._settle(region)
+            except MemwalError as exc:
+                errors.append(exc)
         if errors:
             raise errors[0]
+
+    def _settle(self, region: str) -> None:
+        """Claim (replaying the WAL a given-up writer left) and close (flushing it) one region."""
+        log.info("region %s: re-claiming to flush what a failed writer acknowledged", region)
+        writer = self._writer(region)
+        del self._writers[region]
+        try:
+            _bounded(writer.close, self.call_seconds, f"region {region}: close")
+        except (OSError, RuntimeError, ValueError) as exc:
+            self._unsettled.add(region)
+            raise StorageError(
+                f"region {region}: acknowledged writes are in its WAL but could not be flushed "
+                f"({first_line(exc)}); the region's next claim replays them"
+            ) from None
+        except UncertainWriteError:
+            self._unsettled.add(region)
+            raise
 
     def _merged_native_stats(self, region: str, writer: ShardWriter | None) -> dict[str, Any]:
         totals = dict(self._closed_stats.get(region, {}))
