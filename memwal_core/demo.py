@@ -80,7 +80,7 @@ def write_demo_table(
 
     from memwal_core.model.region_directory import RegionDirectory
     from memwal_core.model.routing import region_spec_of
-    from memwal_core.table import MemWalTable
+    from memwal_core.model.table import MemWalTable
 
     rng = random.Random(seed)
     options = StorageOptions(storage_options or {})

@@ -48,6 +48,7 @@ from dagster import (
 
 from memwal_core.cli.render import render
 from memwal_core.errors import MemwalError
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.backlog import RegionBacklog, TableBacklog, backlog
 from memwal_core.services.catchup import CatchupResult, catchup
 from memwal_core.services.compact import CompactionResult, compact
@@ -59,7 +60,6 @@ from memwal_core.services.result import ServiceResult
 from memwal_core.services.retain import RetentionResult, parse_duration, retain
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status_and_backlog
-from memwal_core.table import MemWalTable
 from memwal_pipelines.keys import TableKeys
 from memwal_pipelines.resources import MemWalResource
 from memwal_pipelines.status_view import StatusView

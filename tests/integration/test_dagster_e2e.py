@@ -24,8 +24,8 @@ import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.instance.ref import InstanceRef
 
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
-from memwal_core.table import MemWalTable
 from memwal_pipelines.config import TableConfig
 from memwal_pipelines.definitions import build_definitions
 from tests.support.dagster import DagsterDeployment

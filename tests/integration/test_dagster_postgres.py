@@ -22,9 +22,9 @@ import yaml
 from dagster import AssetKey, DagsterInstance
 from dagster._core.instance.ref import InstanceRef
 
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
 from memwal_core.storage.options import StorageOptions
-from memwal_core.table import MemWalTable
 from tests.support.dagster import PROJECT_ROOT, DagsterDeployment
 from tests.support.model import ModelTable, keyed_backlog_table
 from tests.support.postgres import PostgresServer

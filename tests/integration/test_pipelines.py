@@ -30,9 +30,9 @@ from dagster._core.instance.ref import InstanceRef
 from dagster._core.test_utils import create_run_for_test
 
 from memwal_core.errors import BadInputError
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.retain import retain
 from memwal_core.services.status import status
-from memwal_core.table import MemWalTable
 from memwal_pipelines.config import TableConfig, load_tables
 from memwal_pipelines.definitions import build_definitions, defs
 from memwal_pipelines.keys import TableKeys

@@ -33,6 +33,7 @@ from memwal_core.errors import (
 from memwal_core.lance_errors import is_retries_exhausted
 from memwal_core.model.details_lease import details_lease
 from memwal_core.model.lease import Lease
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import Engine
 from memwal_core.services.merge.collapse import (
     BatchCollapse,
@@ -52,7 +53,6 @@ from memwal_core.services.merge.result import BatchResult, RegionMergeResult
 from memwal_core.services.merge.staged import collapse_staged
 from memwal_core.services.result import Failure
 from memwal_core.storage.retry import RetryPolicy
-from memwal_core.table import MemWalTable
 
 log = logging.getLogger(__name__)
 

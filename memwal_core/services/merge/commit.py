@@ -40,7 +40,7 @@ from memwal_core.lance_errors import is_commit_conflict, is_stale_merge
 if TYPE_CHECKING:
     import lance
 
-    from memwal_core.table import MemWalTable
+    from memwal_core.model.table import MemWalTable
 
 log = logging.getLogger(__name__)
 
