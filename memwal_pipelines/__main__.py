@@ -36,6 +36,7 @@ SHOWN = (
     "generations_merged",
     "rows_upserted",
     "rows_deleted",
+    "tombstones",
     "max_lag_after",
     "pending_generations",
     "fragments_before",

@@ -229,6 +229,7 @@ def region_figures(result: MergeResult) -> dict[str, dict[str, Any]]:
             "generations_merged": before.get("generations_merged", 0) + len(r.merged_generations),
             "rows_upserted": before.get("rows_upserted", 0) + r.rows_upserted,
             "rows_deleted": before.get("rows_deleted", 0) + r.rows_deleted,
+            "tombstones": before.get("tombstones", 0) + r.tombstones,
             "rows_read": before.get("rows_read", 0) + r.rows_read,
             "bytes_read": before.get("bytes_read", 0) + r.bytes_read,
             "commits": before.get("commits", 0) + 1,
