@@ -1,6 +1,6 @@
 """A demo MemWAL table written by Lance's own writer, with a backlog to work on.
 
-The README's first command runs this (through `memwal demo`), and tests and
+The README's quick start runs this (so does `memwal demo`), and tests and
 benchmarks use it to make realistic tables: several regions, many flushed
 generations, updates, deletes and re-inserts, and a re-claimed region (so
 writer epochs are above 1). Its regions are bucketed by `id`, so writers and
