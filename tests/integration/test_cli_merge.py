@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from memwal_core.demo import write_demo_table
+from tests.support.cli import timed_cli
 from tests.support.paths import PROJECT_ROOT
 
 
@@ -64,13 +65,7 @@ def test_terminal_gets_a_progress_bar(tmp_path: Path) -> None:
 
 
 def _merge_json(uri: str, *extra: str) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "memwal_core.cli.main", "merge", uri, "--json", *extra],
-        capture_output=True,
-        text=True,
-        cwd=PROJECT_ROOT,
-        timeout=300,
-    )
+    proc, _seconds = timed_cli(["merge", uri, "--json", *extra])
     assert proc.returncode == 0, proc.stderr
     payload: dict[str, Any] = json.loads(proc.stdout)
     return payload
