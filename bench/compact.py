@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCE_LOG", "error")
 
 from bench.merge import build, check, spark_engine
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.compact import DEFAULT_TARGET_ROWS, CompactionResult, compact
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.service import merge
-from memwal_core.table import MemWalTable
 
 Model = dict[int, tuple[str, int]]
 

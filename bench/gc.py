@@ -32,11 +32,11 @@ from memwal_core.demo import DEMO_SCHEMA
 from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, wal_entry_name
 from memwal_core.format.proto import memwal_pb2 as pb
 from memwal_core.format.regions import uuid_to_proto
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.gc.service import gc
 from memwal_core.services.merge.commit import commit_region
 from memwal_core.storage.options import StorageOptions
-from memwal_core.table import MemWalTable
 
 POLICY = GcPolicy(grace_seconds=0, wal_tail=0, wal_min_age_seconds=0, keep_manifest_versions=10)
 

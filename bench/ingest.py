@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from memwal_core.demo import DEMO_SCHEMA
 from memwal_core.model.region_directory import RegionDirectory
 from memwal_core.model.routing import partition_by_code, region_spec_of
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.ingest.service import ingest
 from memwal_core.services.writer import MemWalWriter
-from memwal_core.table import MemWalTable
 
 
 def batches(rows: int, put_rows: int) -> list[pa.Table]:

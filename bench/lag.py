@@ -29,7 +29,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCE_LOG", "error")
 
-from memwal_core.table import MemWalTable
+from memwal_core.model.table import MemWalTable
 from tests.support.dagster import DagsterDeployment
 
 SCHEMA = pa.schema(

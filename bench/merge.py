@@ -34,12 +34,12 @@ from lance.mem_wal import CompactedSsTable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCE_LOG", "error")
 
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import Engine, LocalEngine, SparkEngine
 from memwal_core.services.merge.collapse import collapse_tables, read_generation
 from memwal_core.services.merge.commit import commit_region, delete_predicate
 from memwal_core.services.merge.plan import plan_merge
 from memwal_core.services.merge.service import merge
-from memwal_core.table import MemWalTable
 
 SCHEMA = pa.schema(
     [

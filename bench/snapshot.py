@@ -27,10 +27,10 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from memwal_core.demo import DEMO_SCHEMA
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
 from memwal_core.storage.options import StorageOptions
-from memwal_core.table import MemWalTable
 from tests.support.regions import write_regions
 
 WAL_ENTRIES = 4

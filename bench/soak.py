@@ -48,7 +48,7 @@ from bench.soak_model import Mismatch, WriterLog, base_rows, compare, parse_log 
 from bench.soak_proxy import FaultProxy, FaultRates  # noqa: E402
 from memwal_core.errors import MemWalNotEnabledError, NotFoundError  # noqa: E402
 from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, generation_from_dir_name  # noqa: E402
-from memwal_core.table import MemWalTable  # noqa: E402
+from memwal_core.model.table import MemWalTable  # noqa: E402
 
 KEY_STRIDE = 1_000_000
 SERVICES = ("merge", "catchup", "snapshot", "gc")

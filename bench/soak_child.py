@@ -194,7 +194,7 @@ def _pause(
 
 def run_service(args: argparse.Namespace) -> None:
     """Run one service in a loop; every run prints one JSON line, a failed run its error."""
-    from memwal_core.table import MemWalTable
+    from memwal_core.model.table import MemWalTable
 
     os.environ.setdefault("LANCE_LOG", "error")
     run = SERVICES[args.name]

@@ -27,9 +27,9 @@ from memwal_core.demo import DEMO_SCHEMA
 from memwal_core.format.proto import memwal_pb2 as pb
 from memwal_core.format.regions import uuid_to_proto
 from memwal_core.model.region_store import RegionManifestStore
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
 from memwal_core.storage.options import StorageOptions
-from memwal_core.table import MemWalTable
 
 VERSIONS_PER_REGION = 3
 GENERATIONS_PER_REGION = 4

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         MemwalError,
         StorageError,
     )
+    from memwal_core.model.table import MemWalTable
     from memwal_core.services.catchup import catchup
     from memwal_core.services.compact import compact
     from memwal_core.services.engine import LocalEngine, SparkEngine
@@ -46,11 +47,10 @@ if TYPE_CHECKING:
     from memwal_core.services.status import status
     from memwal_core.services.writer import MemWalWriter, WriterOptions
     from memwal_core.storage.options import StorageOptions
-    from memwal_core.table import MemWalTable
 
 # Public name -> the module that defines it.
 _EXPORTS = {
-    "MemWalTable": "memwal_core.table",
+    "MemWalTable": "memwal_core.model.table",
     "StorageOptions": "memwal_core.storage.options",
     "MemWalWriter": "memwal_core.services.writer",
     "WriterOptions": "memwal_core.services.writer",

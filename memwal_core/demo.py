@@ -1,6 +1,6 @@
 """A demo MemWAL table written by Lance's own writer, with a backlog to work on.
 
-The README's first command runs this (through `memwal demo`), and tests and
+The README's quick start runs this (so does `memwal demo`), and tests and
 benchmarks use it to make realistic tables: several regions, many flushed
 generations, updates, deletes and re-inserts, and a re-claimed region (so
 writer epochs are above 1). Its regions are bucketed by `id`, so writers and
@@ -80,7 +80,7 @@ def write_demo_table(
 
     from memwal_core.model.region_directory import RegionDirectory
     from memwal_core.model.routing import region_spec_of
-    from memwal_core.table import MemWalTable
+    from memwal_core.model.table import MemWalTable
 
     rng = random.Random(seed)
     options = StorageOptions(storage_options or {})

@@ -24,8 +24,8 @@ from typing import Any
 from memwal_core.cli.render import render
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import MemwalError
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
-from memwal_core.table import MemWalTable
 from memwal_pipelines.config import DEFAULT_TABLE_URI, TableConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +36,7 @@ SHOWN = (
     "generations_merged",
     "rows_upserted",
     "rows_deleted",
+    "tombstones",
     "max_lag_after",
     "pending_generations",
     "fragments_before",

@@ -48,6 +48,7 @@ from dagster import (
 
 from memwal_core.cli.render import render
 from memwal_core.errors import MemwalError
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.backlog import RegionBacklog, TableBacklog, backlog
 from memwal_core.services.catchup import CatchupResult, catchup
 from memwal_core.services.compact import CompactionResult, compact
@@ -59,7 +60,6 @@ from memwal_core.services.result import ServiceResult
 from memwal_core.services.retain import RetentionResult, parse_duration, retain
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status_and_backlog
-from memwal_core.table import MemWalTable
 from memwal_pipelines.keys import TableKeys
 from memwal_pipelines.resources import MemWalResource
 from memwal_pipelines.status_view import StatusView
@@ -229,6 +229,7 @@ def region_figures(result: MergeResult) -> dict[str, dict[str, Any]]:
             "generations_merged": before.get("generations_merged", 0) + len(r.merged_generations),
             "rows_upserted": before.get("rows_upserted", 0) + r.rows_upserted,
             "rows_deleted": before.get("rows_deleted", 0) + r.rows_deleted,
+            "tombstones": before.get("tombstones", 0) + r.tombstones,
             "rows_read": before.get("rows_read", 0) + r.rows_read,
             "bytes_read": before.get("bytes_read", 0) + r.bytes_read,
             "commits": before.get("commits", 0) + 1,

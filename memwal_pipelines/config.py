@@ -95,7 +95,7 @@ class TableConfig:
     merge_engine: Literal["local", "spark"] = "local"
     spark_master: str | None = None
     max_generations_per_merge: int | None = None
-    # What one merge commit may collapse (None: a share of the machine's memory, see README).
+    # What one merge commit may collapse (None: a share of the machine's memory, see docs/merge.md).
     max_batch_rows: int | None = None
     max_batch_bytes: int | None = None
     max_backlog_generations: int = 16

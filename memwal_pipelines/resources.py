@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING
 from dagster import Config, ConfigurableResource
 
 from memwal_core.errors import BadInputError
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import Engine, SparkEngine, engine_named
 from memwal_core.storage.options import StorageOptions
-from memwal_core.table import MemWalTable
 from memwal_pipelines.config import TableConfig
 
 if TYPE_CHECKING:

@@ -1,4 +1,10 @@
-"""Shared fixtures: one SparkSession and one S3 server for the whole test session."""
+"""Shared fixtures: one SparkSession and one S3 server for the whole test session.
+
+The `s3`, `spark` and `soak` markers are given here, from what a test uses, so
+`-m "not s3"` (or spark, soak) slices the suite without anyone remembering to
+mark a test; a test that reaches SeaweedFS or Spark some other way fails until
+the rule below covers it.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,43 @@ import memwal_core  # noqa: F401
 
 # LanceDB ignores LANCE_LOG and floods stderr with warnings otherwise.
 os.environ.setdefault("LANCEDB_LOG", "error")
+
+# Marker -> the fixtures that start its server, and the parameter value that selects it
+# (an engine or store parametrized by name, whose fixture is fetched inside the test).
+HEAVY = {"s3": ({"seaweed"}, "s3"), "spark": ({"spark", "standalone_spark"}, "spark")}
+SOAK_MODULES = ("test_soak.py",)
+
+
+def _markers_for(item: pytest.Item, fixtures: set[str]) -> set[str]:
+    callspec = getattr(item, "callspec", None)
+    params = {v for v in callspec.params.values() if isinstance(v, str)} if callspec is not None else set()
+    found = {marker for marker, (names, param) in HEAVY.items() if fixtures & names or param in params}
+    if item.path.name in SOAK_MODULES:
+        found.add("soak")
+    return found
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with what it starts, so `-m "not s3"` and the like deselect it."""
+    for item in items:
+        for marker in sorted(_markers_for(item, set(getattr(item, "fixturenames", ())))):
+            item.add_marker(marker)
+
+
+@pytest.fixture(autouse=True)
+def _heavy_marker_check(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that used SeaweedFS or Spark without its marker (a fixture fetched by a name no rule knows)."""
+    yield
+    used = set(request.fixturenames)
+    missing = [
+        marker
+        for marker, (names, _param) in HEAVY.items()
+        if used & names and request.node.get_closest_marker(marker) is None
+    ]
+    if missing:
+        pytest.fail(
+            f"{request.node.nodeid} uses {missing} but is not marked: extend HEAVY in tests/conftest.py"
+        )
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ from memwal_core.cli.progress import RegionProgress
 from memwal_core.cli.render import render
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import BadInputError, MemwalError, first_line
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.catchup import catchup
 from memwal_core.services.compact import (
     DEFAULT_DELETION_THRESHOLD,
@@ -42,7 +43,6 @@ from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
 from memwal_core.services.writer import MAX_WAL_FLUSH_INTERVAL_MS, WriterOptions
 from memwal_core.storage.options import StorageOptions
-from memwal_core.table import MemWalTable
 
 log = logging.getLogger("memwal")
 

@@ -85,12 +85,13 @@ def _merge(result: MergeResult) -> str:
     for r in result.regions:
         lines.append(
             f"  {r.region}  merged {generation_range(r.merged_generations)}  "
-            f"upserted {r.rows_upserted}  deleted {r.rows_deleted}  table v{r.table_version}"
+            f"upserted {r.rows_upserted}  tombstones {r.tombstones}  rows deleted {r.rows_deleted}  "
+            f"table v{r.table_version}"
         )
     for b in result.batches:
         lines.append(
-            f"  batch {b.batch}: {len(b.regions)} region(s), {b.rows_upserted} upserted, "
-            f"{b.rows_deleted} deleted in one commit ({b.seconds_commit:.2f} s) -> table v{b.table_version}"
+            f"  batch {b.batch}: {len(b.regions)} region(s), {b.rows_upserted} upserted, {b.tombstones} tombstones, "
+            f"{b.rows_deleted} rows deleted in one commit ({b.seconds_commit:.2f} s) -> table v{b.table_version}"
         )
     for f in result.failures:
         lines.append(f"  {f.region}  FAILED: {f.error}")

@@ -21,7 +21,7 @@ from memwal_core.format.naming import MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NA
 from memwal_core.format.proto import memwal_pb2 as pb
 from memwal_core.lance_errors import is_stale_merge
 from memwal_core.model.lease import Lease
-from memwal_core.table import MemWalTable
+from memwal_core.model.table import MemWalTable
 
 if TYPE_CHECKING:
     import lance

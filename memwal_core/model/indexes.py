@@ -27,7 +27,7 @@ from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.naming import FRAG_REUSE_INDEX_NAME, MEM_WAL_INDEX_NAME
 
 if TYPE_CHECKING:
-    from memwal_core.table import MemWalTable
+    from memwal_core.model.table import MemWalTable
 
 # Lance's system indexes (`is_system_index`): never user indexes, never maintained.
 SYSTEM_INDEXES = frozenset({MEM_WAL_INDEX_NAME, FRAG_REUSE_INDEX_NAME})

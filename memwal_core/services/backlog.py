@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.naming import MEM_WAL_DIR, TABLE_VERSIONS_DIR
 from memwal_core.format.regions import RegionManifest
-from memwal_core.table import MemWalTable
+from memwal_core.model.table import MemWalTable
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from typing import Any, ClassVar
 from memwal_core.errors import CatchupError, NotFoundError
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.model.indexes import read_maintained
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.index_list import ListUpdate, update_maintained_list
 from memwal_core.services.result import NOT_IN_JSON, ServiceResult
-from memwal_core.table import MemWalTable
 
 Lag = dict[str, int]
 

@@ -33,12 +33,12 @@ from typing import Any, ClassVar
 from memwal_core.errors import BadInputError
 from memwal_core.model.details_lease import details_lease
 from memwal_core.model.indexes import read_maintained
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.catchup import catchup
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.result import NOT_IN_JSON, ServiceResult
 from memwal_core.storage.limits import with_lance_defaults
 from memwal_core.storage.object_store import absolute_uri
-from memwal_core.table import MemWalTable
 
 DEFAULT_TARGET_ROWS = 1024 * 1024
 DEFAULT_DELETION_THRESHOLD = 0.1

@@ -21,12 +21,12 @@ import pandas as pd
 import pyarrow as pa
 
 from memwal_core.errors import MemwalError, first_line
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.merge.collapse import collapse_local
 from memwal_core.services.merge.plan import GenerationSource
 from memwal_core.services.reader import ReadPlan, plan_read, point_lookup
 from memwal_core.services.reader import lsm_scanner as build_scanner
 from memwal_core.services.result import ServiceResult
-from memwal_core.table import MemWalTable
 
 Key = tuple[Any, ...]
 

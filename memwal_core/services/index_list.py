@@ -35,8 +35,8 @@ from memwal_core.format.regions import RegionManifest
 from memwal_core.model.details_commit import ProgressRepair, commit_details
 from memwal_core.model.details_lease import details_lease
 from memwal_core.model.indexes import MaintainedIndexes, read_maintained
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.result import Failure
-from memwal_core.table import MemWalTable
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from memwal_core.errors import BadInputError, MemwalError, MemWalNotEnabledError, SchemaError
+from memwal_core.model.table import PK_META, PK_POSITION_META, MemWalTable, primary_key_of
 from memwal_core.services.index_list import update_maintained_list
 from memwal_core.services.result import ServiceResult
-from memwal_core.table import PK_META, PK_POSITION_META, MemWalTable, primary_key_of
 
 
 def hashable_key_type(kind: pa.DataType) -> bool:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from memwal_core.errors import CorruptMetadataError, NotFoundError
 from memwal_core.model.indexes import read_maintained
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.snapshot.stored import read_stored_snapshot
-from memwal_core.table import MemWalTable
 
 if TYPE_CHECKING:
     from lance.mem_wal import LsmPointLookupPlanner, LsmScanner, ShardSnapshot

@@ -23,8 +23,8 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from memwal_core.errors import BadInputError, NotFoundError
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.result import ServiceResult
-from memwal_core.table import MemWalTable
 
 MIN_AGE = timedelta(hours=1)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")

@@ -9,9 +9,9 @@ from typing import Any, ClassVar
 
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.regions import RegionManifest
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.backlog import TableBacklog, backlog_of
 from memwal_core.services.result import ServiceResult
-from memwal_core.table import MemWalTable
 
 
 @dataclass(frozen=True)

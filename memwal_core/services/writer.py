@@ -54,8 +54,8 @@ from memwal_core.lance_errors import WriteFailure, is_overfull_replay, write_fai
 from memwal_core.model.region_directory import RegionDirectory
 from memwal_core.model.routing import RegionSpec, partition_by_code, region_spec_of
 from memwal_core.model.rows import conform, iter_tables, key_rows
+from memwal_core.model.table import MemWalTable
 from memwal_core.storage.options import StorageOptions
-from memwal_core.table import MemWalTable
 
 if TYPE_CHECKING:
     from lance.mem_wal import ShardWriter

@@ -15,10 +15,10 @@ import pytest
 from memwal_core.cli.main import main
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import NotFoundError
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.catchup import CatchupResult, catchup, plan_catchup
 from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
-from memwal_core.table import MemWalTable
 from tests.support.model import KEYED_SCHEMA, ModelTable
 from tests.support.schema import key_field
 from tests.support.tables import assert_progress_never_decreases, progress_history

@@ -1,4 +1,5 @@
-"""`memwal merge` progress: a bar on a terminal (a real pty), one line per region through a pipe."""
+"""`memwal merge` output: a bar on a terminal (a real pty), one progress line per region through a pipe,
+each region's figures once, in the report, and counts that agree across regions, batches and totals."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from memwal_core.demo import write_demo_table
+from tests.support.cli import timed_cli
 from tests.support.paths import PROJECT_ROOT
 
 
@@ -23,8 +26,9 @@ def test_pipe_gets_one_line_per_region(tmp_path: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if "merged generations" in line]
+    lines = [line for line in proc.stderr.splitlines() if ": merged (batch" in line]
     assert sorted(line.split(":")[0].split()[-1] for line in lines) == sorted(log.regions)
+    assert "upserted" not in proc.stderr, "the figures are the report's, not the progress lines'"
     assert len(json.loads(proc.stdout)["regions"]) == 3
 
 
@@ -56,5 +60,33 @@ def test_terminal_gets_a_progress_bar(tmp_path: Path) -> None:
     terminal = b"".join(chunks).decode(errors="replace")
     assert proc.returncode == 0
     assert "2/2 regions" in terminal and "[" + "#" * 30 + "]" in terminal
-    assert "merged generations" not in terminal, "the bar replaces the per-region lines on a terminal"
+    assert ": merged (batch" not in terminal, "the bar replaces the per-region lines on a terminal"
     assert "merge of" in proc.stdout
+
+
+def _merge_json(uri: str, *extra: str) -> dict[str, Any]:
+    proc, _seconds = timed_cli(["merge", uri, "--json", *extra])
+    assert proc.returncode == 0, proc.stderr
+    payload: dict[str, Any] = json.loads(proc.stdout)
+    return payload
+
+
+def test_counts_agree_and_rows_deleted_are_the_base_rows_lance_removed(tmp_path: Path) -> None:
+    """On the demo table: region entries sum to their batch and to the totals, for each count; a region's
+    `rows_deleted` is what Lance itself reports when that region is merged alone, on a copy."""
+    together, alone = str(tmp_path / "together"), str(tmp_path / "alone")
+    log = write_demo_table(together)
+    write_demo_table(alone)
+    payload = _merge_json(together)
+    counts = ("rows_upserted", "rows_deleted", "tombstones")
+    for batch in payload["batches"]:
+        entries = [r for r in payload["regions"] if r["batch"] == batch["batch"]]
+        assert {c: sum(r[c] for r in entries) for c in counts} == {c: batch[c] for c in counts}
+    assert {c: sum(r[c] for r in payload["regions"]) for c in counts} == {c: payload[c] for c in counts}
+    assert 0 < payload["rows_deleted"] < payload["tombstones"], "some deleted keys were never in the base"
+    by_region = {r["region"]: r for r in payload["regions"]}
+    assert sorted(by_region) == sorted(log.regions)
+    for region in sorted(by_region):
+        single = _merge_json(alone, "--region", region)
+        assert single["rows_deleted"] == by_region[region]["rows_deleted"], region
+        assert single["tombstones"] == by_region[region]["tombstones"], region

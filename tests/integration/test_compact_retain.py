@@ -19,6 +19,7 @@ import pytest
 
 from memwal_core.errors import BadInputError
 from memwal_core.format.index_details import IndexDetails
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.catchup import catchup
 from memwal_core.services.compact import compact
 from memwal_core.services.engine import SparkEngine
@@ -28,7 +29,6 @@ from memwal_core.services.merge.service import merge
 from memwal_core.services.retain import parse_duration, retain
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.snapshot.stored import read_stored_snapshot
-from memwal_core.table import MemWalTable
 from tests.support.model import ModelTable
 from tests.support.paths import PROJECT_ROOT
 from tests.support.schema import PRIMARY_KEY

@@ -13,43 +13,32 @@ test saves the picture of the status asset's region view that the README shows.
 from __future__ import annotations
 
 import itertools
-import os
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.instance.ref import InstanceRef
 
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
-from memwal_core.table import MemWalTable
 from memwal_pipelines.config import TableConfig
 from memwal_pipelines.definitions import build_definitions
+from tests.support.browser import (
+    ARTIFACTS,
+    COMMUNITY_DIALOG,
+    COMMUNITY_DIALOG_DELAY_MS,
+    keep_for_readme,
+    launch_browser,
+)
 from tests.support.dagster import DagsterDeployment
 from tests.support.model import ModelTable, keyed_backlog_table
-from tests.support.paths import PROJECT_ROOT
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
-ARTIFACTS = PROJECT_ROOT / "artifacts"
-# The status asset's region view: always saved with the artifacts; the README's copy is refreshed
-# only on request (MEMWAL_UPDATE_README_IMAGES=1), so a test run leaves the checkout as it was.
-README_IMAGE = PROJECT_ROOT / "docs" / "images" / "region-view.png"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 TABLES = ("alpha", "beta")
 # The table the UI test watches: its sensor starts switched off.
 UI_TABLE = TableConfig(name="gamma", uri="", sensor_interval_seconds=2, status_interval_seconds=1)
@@ -148,12 +137,10 @@ def test_daemon_merges_each_table_in_rounds_one_run_at_a_time(deployment: E2E) -
 def show(page: Page, url: str, expected: list[str], screenshot: str, timeout: float = 60.0) -> None:
     """Open `url` and wait until the page shows every text in `expected` (reloading now and then)."""
     page.goto(url, wait_until="networkidle")
-    skip = page.get_by_role("button", name="Skip")  # Dagster's first-visit newsletter dialog
+    page.wait_for_timeout(COMMUNITY_DIALOG_DELAY_MS)
     deadline = time.monotonic() + timeout
     reload_at = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if skip.count():
-            skip.click()
         body = page.inner_text("body")
         if all(text in body for text in expected):
             break
@@ -162,18 +149,16 @@ def show(page: Page, url: str, expected: list[str], screenshot: str, timeout: fl
             reload_at = time.monotonic() + 10
         time.sleep(0.5)
     page.screenshot(path=str(ARTIFACTS / screenshot))
-    missing = [text for text in expected if text not in page.inner_text("body")]
+    body = page.inner_text("body")
+    missing = [text for text in expected if text not in body]
     assert not missing, f"{url} does not show {missing} (screenshot artifacts/{screenshot})"
+    assert COMMUNITY_DIALOG not in body, f"{url}: Dagster's community dialog covers the page"
 
 
 def region_row(page: Page, region: str) -> list[str]:
     """The cells of a region's row in the status asset's regions table."""
     row = page.locator("tr:not(:has(tr))", has_text=region)
     return [cell.strip() for cell in row.first.locator("td").all_inner_texts()] if row.count() else []
-
-
-def launch_browser(playwright: Any) -> Any:
-    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
 
 
 def test_ui_renders_the_asset_graph_and_a_region_partition(deployment: E2E) -> None:
@@ -245,13 +230,11 @@ def test_ui_shows_a_region_behind_with_its_backlog_then_caught_up(deployment: E2
             # The page down to the regions table: which asset, which tab, which section.
             row = page.locator("tr", has=page.get_by_text("regions_table", exact=True)).first.bounding_box()
             assert row is not None
-            region_view = ARTIFACTS / "region-view.png"
             page.screenshot(
-                path=str(region_view),
+                path=str(ARTIFACTS / "region-view.png"),
                 clip={"x": 0, "y": 0, "width": 1920, "height": row["y"] + row["height"] + 12},
             )
-            if os.environ.get("MEMWAL_UPDATE_README_IMAGES") == "1":
-                shutil.copy(region_view, README_IMAGE)
+            keep_for_readme("region-view.png")
 
             # The daemon merges `late` (its sensor switched on as the UI does) and records the status.
             assert running.start_sensor(f"{config.name}_flushed_generations") == "RUNNING"

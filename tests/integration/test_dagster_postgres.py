@@ -22,16 +22,16 @@ import yaml
 from dagster import AssetKey, DagsterInstance
 from dagster._core.instance.ref import InstanceRef
 
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
 from memwal_core.storage.options import StorageOptions
-from memwal_core.table import MemWalTable
 from tests.support.dagster import PROJECT_ROOT, DagsterDeployment
 from tests.support.model import ModelTable, keyed_backlog_table
 from tests.support.postgres import PostgresServer
 
 DEPLOY = PROJECT_ROOT / "docs" / "deploy"
 POSTGRES_YAML = DEPLOY / "dagster-postgres.yaml"
-# The variables the production instance reads, by Dagster's connection field (README: Running in production).
+# The variables the production instance reads, by Dagster's connection field (docs/operations.md).
 CONNECTION_ENV = {
     "hostname": "DAGSTER_PG_HOST",
     "port": "DAGSTER_PG_PORT",
@@ -62,7 +62,7 @@ def test_postgres_instance_equals_the_default_but_for_storage_read_from_the_envi
 
 
 def test_the_example_environment_file_sets_what_the_instance_and_the_tables_read() -> None:
-    # Read as a shell reads it (the README sources it before `dagster instance info`).
+    # Read as a shell reads it (docs/operations.md sources it before `dagster instance info`).
     shell = subprocess.run(
         ["bash", "-c", 'set -a && . "$1" && env -0', "-", str(DEPLOY / "memwal.env.example")],
         env={},

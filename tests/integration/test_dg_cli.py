@@ -8,21 +8,18 @@ integration's preview notice).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
+from tests.support.dagster import LOCATION, location_loaded
 from tests.support.paths import PROJECT_ROOT
 from tests.support.service import LOOPBACK, free_ports, stop_process_group
 
 DG = Path(sys.executable).parent / "dg"
-LOCATION = "memwal_pipelines.definitions"
 # Dagster's own notice on the first start of a new instance's run-retry daemon.
 FIRST_START = "No cursor for event type"
 
@@ -60,21 +57,6 @@ def test_dg_check_defs_passes_from_the_project_root_without_warnings(tmp_path: P
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "All definitions loaded successfully." in proc.stdout
     assert not warnings_in(proc.stdout + proc.stderr), proc.stdout + proc.stderr
-
-
-def location_loaded(url: str) -> bool:
-    query = "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }"
-    request = urllib.request.Request(
-        f"{url}/graphql",
-        data=json.dumps({"query": query}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            entries = json.loads(response.read())["data"]["workspaceOrError"]["locationEntries"]
-    except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError):
-        return False
-    return [(e["name"], e["loadStatus"]) for e in entries] == [(LOCATION, "LOADED")]
 
 
 def test_dg_dev_serves_the_code_location_without_warnings(tmp_path: Path) -> None:

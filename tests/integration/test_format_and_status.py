@@ -22,8 +22,8 @@ from memwal_core.demo import DemoLog, write_demo_table
 from memwal_core.format.index_details import read_index_details
 from memwal_core.format.naming import table_manifest_name
 from memwal_core.format.proto import memwal_pb2 as pb
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
-from memwal_core.table import MemWalTable
 from tests.support.tables import independent_latest_manifest
 
 

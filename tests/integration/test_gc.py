@@ -22,11 +22,11 @@ from lance.mem_wal import LsmScanner, ShardSnapshot
 from memwal_core.cli.main import main as cli_main
 from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, wal_entry_name
 from memwal_core.format.regions import RegionManifest
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.gc.service import GcResult, gc
 from memwal_core.services.gc.wal import wal_entry_metadata
 from memwal_core.services.merge.service import merge
-from memwal_core.table import MemWalTable
 from tests.support.model import ModelTable
 from tests.support.paths import PROJECT_ROOT
 from tests.support.schema import key_field

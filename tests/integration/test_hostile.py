@@ -41,13 +41,13 @@ import pytest
 
 from memwal_core.demo import write_demo_table
 from memwal_core.format.naming import LEASE_DIR, region_manifest_name, wal_entry_name
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.catchup import catchup
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.merge.batch_merge import DEFAULT_LEASE_TTL
 from memwal_core.services.merge.service import merge
 from memwal_core.services.retain import retain
 from memwal_core.services.snapshot.service import build_snapshot
-from memwal_core.table import MemWalTable
 from tests.support.cli import timed_cli
 from tests.support.tables import independent_latest_manifest, tree_digest
 

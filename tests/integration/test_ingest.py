@@ -20,10 +20,10 @@ import pytest
 
 from memwal_core.errors import BadInputError
 from memwal_core.format.naming import STAGING_DIR
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import SparkEngine
 from memwal_core.services.ingest.service import ingest
 from memwal_core.services.writer import MemWalWriter, WriterOptions
-from memwal_core.table import MemWalTable
 from tests.support.paths import PROJECT_ROOT
 from tests.support.schema import lsm_rows, make_table, model_of, source_rows
 from tests.support.tables import tree_digest

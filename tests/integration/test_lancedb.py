@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from memwal_core.cli.main import main
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.writer import MemWalWriter
-from memwal_core.table import MemWalTable
 from tests.support.tables import lsm_rows_at
 
 DIM = 8

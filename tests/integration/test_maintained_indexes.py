@@ -10,9 +10,9 @@ from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_contex
 
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.model.indexes import TableIndex, maintained_indexes
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.compact import compact
 from memwal_core.services.merge.service import merge
-from memwal_core.table import MemWalTable
 from memwal_pipelines.config import TableConfig
 from memwal_pipelines.definitions import build_definitions
 from memwal_pipelines.keys import TableKeys

@@ -11,10 +11,10 @@ import pytest
 
 from memwal_core.demo import write_demo_table
 from memwal_core.format.naming import STAGING_DIR
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import Engine
 from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
-from memwal_core.table import MemWalTable
 from tests.support.engines import merge_engine
 from tests.support.model import ModelTable
 from tests.support.schema import PRIMARY_KEY

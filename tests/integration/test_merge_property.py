@@ -12,13 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import Engine, LocalEngine, SparkEngine
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.merge.commit import AUTO, COMMIT_FORMS
 from memwal_core.services.merge.service import merge
 from memwal_core.services.merge.staged import ROWS_PER_TASK_ENV
 from memwal_core.services.status import status
-from memwal_core.table import MemWalTable
 from tests.support.model import ModelTable
 from tests.support.schema import key_field
 from tests.support.tables import assert_progress_never_decreases, lsm_rows_at, progress_history

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 from memwal_core.demo import write_demo_table
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
-from memwal_core.table import MemWalTable
 from tests.support.paths import PROJECT_ROOT
 from tests.support.tables import assert_progress_never_decreases, lease_records, progress_history
 

@@ -18,11 +18,11 @@ import pyarrow as pa
 import pytest
 
 from memwal_core.errors import BadInputError
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
-from memwal_core.table import MemWalTable
 from tests.support.engines import merge_engine
 from tests.support.model import ModelTable
 from tests.support.paths import PROJECT_ROOT

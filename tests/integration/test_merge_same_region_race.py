@@ -14,12 +14,12 @@ import pyarrow as pa
 import pytest
 
 from memwal_core.model.lease import Lease
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import LocalEngine
 from memwal_core.services.merge.collapse import collapse_in_process
 from memwal_core.services.merge.commit import SINGLE, TWO_STEP, CommitPlan, commit_checked, commit_region
 from memwal_core.services.merge.plan import plan_merge
 from memwal_core.services.merge.service import merge
-from memwal_core.table import MemWalTable
 from tests.support.model import ModelTable
 from tests.support.schema import key_field
 

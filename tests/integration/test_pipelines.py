@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
@@ -30,14 +31,23 @@ from dagster._core.instance.ref import InstanceRef
 from dagster._core.test_utils import create_run_for_test
 
 from memwal_core.errors import BadInputError
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.retain import retain
 from memwal_core.services.status import status
-from memwal_core.table import MemWalTable
 from memwal_pipelines.config import TableConfig, load_tables
 from memwal_pipelines.definitions import build_definitions, defs
 from memwal_pipelines.keys import TableKeys
+from tests.support.browser import (
+    ARTIFACTS,
+    COMMUNITY_DIALOG,
+    COMMUNITY_DIALOG_DELAY_MS,
+    keep_for_readme,
+    launch_browser,
+)
+from tests.support.dagster import LOCATION, location_loaded
 from tests.support.model import KEYED_SCHEMA, ModelTable, keyed_backlog_table
 from tests.support.paths import PROJECT_ROOT
+from tests.support.service import LOOPBACK, free_ports, stop_process_group
 
 RANGE_TAGS = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
 
@@ -448,24 +458,65 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     assert all(r.is_success for r in runs)
     gc_line = next(line for line in proc.stdout.splitlines() if line.startswith("gc "))
     assert "lsm_consistency=passed" in gc_line and "generations_deleted=" in gc_line
-    # The closing hint is a `dg dev` command for where the demo ran: its settings load the
-    # location there (checked with `dg check defs`, which takes the same ones).
+    # The closing hint is a `dg dev` command for where the demo ran: it serves the location there,
+    # and the demo group's lineage shows every asset the runs materialized (the README's picture).
     hint = proc.stderr.splitlines()[-2].split()
     assert hint[:2] == [f"DAGSTER_HOME={home}", f"MEMWAL_TABLE_URI={tmp_path / 'demo' / 'table'}"], hint
     assert hint[3:] == ["dev", "-h", "127.0.0.1", "--target-path", os.path.relpath(PROJECT_ROOT, tmp_path)], (
         hint
     )
-    checked = subprocess.run(
-        [hint[2], "check", "defs", *hint[-2:]],
-        cwd=tmp_path,
-        env={**env, **dict(word.split("=", 1) for word in hint[:2])},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert checked.returncode == 0 and "All definitions loaded successfully." in checked.stdout, (
-        checked.stderr
-    )
+    (port,) = free_ports(1)
+    log = tmp_path / "dg-dev.log"
+    started = time.monotonic()
+    with log.open("wb") as out:
+        served = subprocess.Popen(
+            [hint[2], *hint[3:6], "-p", str(port), *hint[6:]],
+            cwd=tmp_path,
+            env={**env, **dict(word.split("=", 1) for word in hint[:2])},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        url = f"http://{LOOPBACK}:{port}"
+        while not location_loaded(url):
+            assert served.poll() is None, f"dg dev exited: {log.read_text()[-3000:]}"
+            assert time.monotonic() - started < 180, (
+                f"dg dev did not serve the location: {log.read_text()[-3000:]}"
+            )
+            time.sleep(0.5)
+        print(f"dg dev served the location {time.monotonic() - started:.1f} s after it started")
+        shown = demo_lineage(url)
+    finally:
+        stop_process_group(served)
+    assert shown.count("Materialized") == 6 and "100% filled" in shown, "every demo asset materialized"
+    assert COMMUNITY_DIALOG not in shown, "Dagster's community dialog covers the lineage"
+    keep_for_readme("asset-lineage.png")
+
+
+def demo_lineage(url: str) -> str:
+    """Take the picture of the demo group's lineage once every asset shows its latest run; the page's text."""
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = launch_browser(playwright)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.goto(f"{url}/locations/{LOCATION}/asset-groups/demo", wait_until="networkidle")
+            page.wait_for_timeout(COMMUNITY_DIALOG_DELAY_MS)
+            deadline = time.monotonic() + 60
+            # Six assets materialized by a run each, base_table per region partition.
+            while time.monotonic() < deadline:
+                body = page.inner_text("body")
+                if body.count("Materialized") == 6 and "100% filled" in body and "Loading" not in body:
+                    break
+                time.sleep(0.5)
+            page.screenshot(path=str(ARTIFACTS / "asset-lineage.png"))
+            text: str = page.inner_text("body")
+            return text
+        finally:
+            browser.close()
 
 
 @pytest.mark.parametrize("engine", ["local", "spark"])

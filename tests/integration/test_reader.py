@@ -10,12 +10,12 @@ import pytest
 
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import CorruptMetadataError, NotFoundError
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.catchup import catchup
 from memwal_core.services.merge.service import merge
 from memwal_core.services.reader import ReadPlan, lsm_scanner, plan_read, point_lookup
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
-from memwal_core.table import MemWalTable
 
 Rows = dict[int, tuple[str, float]]
 

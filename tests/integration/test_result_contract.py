@@ -10,6 +10,7 @@ import lance
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.catchup import catchup
 from memwal_core.services.compact import compact
 from memwal_core.services.consistency import check_consistency
@@ -22,7 +23,6 @@ from memwal_core.services.result import ServiceResult
 from memwal_core.services.retain import retain
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
-from memwal_core.table import MemWalTable
 from tests.support.schema import SCHEMA, make_table, source_rows
 from tests.unit.services.results import service_result_types
 

@@ -15,11 +15,11 @@ import pytest
 from memwal_core.demo import write_demo_table
 from memwal_core.format.naming import STAGING_DIR
 from memwal_core.format.proto import memwal_pb2 as pb
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import SparkEngine
 from memwal_core.services.merge.service import merge
 from memwal_core.services.merge.staged import ROWS_PER_TASK_ENV
 from memwal_core.services.status import status
-from memwal_core.table import MemWalTable
 from tests.support.paths import PROJECT_ROOT
 
 

@@ -28,11 +28,11 @@ from memwal_core.model.details_commit import (
     rewrite_details,
 )
 from memwal_core.model.details_lease import details_lease
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.merge.service import merge
 from memwal_core.services.snapshot.service import SnapshotResult, build_snapshot
 from memwal_core.services.snapshot.stored import read_stored_snapshot
 from memwal_core.services.status import status
-from memwal_core.table import MemWalTable
 from tests.support.regions import write_regions
 from tests.support.tables import (
     assert_progress_never_decreases,

@@ -6,12 +6,12 @@ import uuid
 from typing import Any
 
 from memwal_core.demo import write_demo_table
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.catchup import catchup
 from memwal_core.services.merge.service import merge
 from memwal_core.services.reader import lsm_scanner, plan_read
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.snapshot.stored import read_stored_snapshot
-from memwal_core.table import MemWalTable
 
 
 def test_snapshot_reader_and_catchup_on_s3(seaweed: Any) -> None:

@@ -16,8 +16,8 @@ import pytest
 from memwal_core.errors import BadInputError, FencedError, SchemaError, StorageError, UncertainWriteError
 from memwal_core.model.region_directory import region_id_for
 from memwal_core.model.routing import region_spec_of
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.writer import MemWalWriter
-from memwal_core.table import MemWalTable
 from tests.support.paths import PROJECT_ROOT
 from tests.support.schema import SCHEMA, lsm_rows, make_table
 from tests.support.tables import tree_digest

@@ -34,6 +34,25 @@ LOCATION = "memwal_pipelines.definitions"
 REPOSITORY = "__repository__"
 
 
+LOCATION = "memwal_pipelines.definitions"
+
+
+def location_loaded(url: str) -> bool:
+    """Whether the webserver at `url` answers with memwal's code location, and only it, loaded."""
+    query = "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }"
+    request = urllib.request.Request(
+        f"{url}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            entries = json.loads(response.read())["data"]["workspaceOrError"]["locationEntries"]
+    except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError):
+        return False
+    return [(e["name"], e["loadStatus"]) for e in entries] == [(LOCATION, "LOADED")]
+
+
 class DagsterDeployment(LoopbackService):
     """`dagster-webserver` and `dagster-daemon run` for one table list."""
 

@@ -14,9 +14,9 @@ import sys
 import lance
 import pyarrow as pa
 
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.gc.service import gc
-from memwal_core.table import MemWalTable
 
 
 def run_gc(uri: str) -> None:

@@ -13,9 +13,9 @@ import argparse
 import json
 import random
 
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.merge.service import merge
-from memwal_core.table import MemWalTable
 
 
 def main() -> None:

@@ -14,8 +14,8 @@ from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, wal_entry_nam
 from memwal_core.format.proto import memwal_pb2 as pb
 from memwal_core.format.regions import uuid_to_proto
 from memwal_core.model.region_store import RegionManifestStore
+from memwal_core.model.table import MemWalTable
 from memwal_core.storage.options import StorageOptions
-from memwal_core.table import MemWalTable
 
 FieldValues = Callable[[int], list[tuple[str, bytes]]]
 

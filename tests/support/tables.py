@@ -42,7 +42,7 @@ def tree_digest(root: Path) -> str:
 def progress_history(uri: str) -> list[dict[str, int]]:
     """Merge progress at every table version that has MemWAL, oldest first."""
     from memwal_core.errors import MemWalNotEnabledError
-    from memwal_core.table import MemWalTable
+    from memwal_core.model.table import MemWalTable
 
     history = []
     with MemWalTable(uri) as table:
@@ -66,8 +66,8 @@ def assert_progress_never_decreases(history: list[dict[str, int]]) -> None:
 def lsm_rows_at(uri: str, version: int, columns: list[str]) -> list[dict[str, object]]:
     """What a MemWAL-aware reader sees at table `version`: the base then, plus every generation
     the merge progress recorded then does not cover (Lance's LSM scanner, newest row per key)."""
+    from memwal_core.model.table import MemWalTable
     from memwal_core.services.reader import ReadPlan, RegionRead, lsm_scanner
-    from memwal_core.table import MemWalTable
 
     with MemWalTable.open(uri) as table:
         merged = table.index_details(version).merged

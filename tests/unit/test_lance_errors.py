@@ -21,9 +21,9 @@ from memwal_core import lance_errors
 from memwal_core.errors import DeleteConflictError, FencedError, StaleMergeError, StorageError
 from memwal_core.format.naming import table_manifest_name
 from memwal_core.lance_errors import OpenFailure, WriteFailure
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.merge.commit import commit_region, delete_fenced
 from memwal_core.services.writer import MemWalWriter, _native_error
-from memwal_core.table import MemWalTable
 from tests.support.model import KEYED_SCHEMA, ModelTable
 from tests.support.service import free_ports
 from tests.support.silent import SilentEndpoint

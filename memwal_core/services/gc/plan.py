@@ -25,6 +25,7 @@ from memwal_core.format.naming import (
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.indexes import read_maintained
 from memwal_core.model.region_store import RegionManifestStore
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.rules import (
     FLUSH_IN_PROGRESS,
     GRACE_PERIOD,
@@ -34,7 +35,6 @@ from memwal_core.services.gc.rules import (
 )
 from memwal_core.services.gc.wal import plan_wal
 from memwal_core.services.result import Failure
-from memwal_core.table import MemWalTable
 
 REGION_THREADS = 8
 

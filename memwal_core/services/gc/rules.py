@@ -3,8 +3,8 @@
 A generation goes only when it is merged, every maintained index has caught
 up past it, and no retained base-table version has lower merge progress for
 its region; its directory goes only a grace period after the region manifest
-version that stopped listing it was written (see the README, "How garbage
-collection works").
+version that stopped listing it was written (see docs/internals.md,
+"Garbage collection").
 """
 
 from __future__ import annotations

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from memwal_core.errors import MemwalError
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.execute import RegionGcOutcome, execute_region
 from memwal_core.services.gc.plan import REGION_THREADS, GcPlan, GenerationDir, plan_gc
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.result import NOT_IN_JSON, Failure, ServiceResult
-from memwal_core.table import MemWalTable
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Entries at positions `<= replay_after_wal_entry_position` are covered by
 flushed generations, but a stalled, fenced writer could re-create a freed
 position with its old epoch: keep a tail, young entries, and the newest
-fence sentinel (the README, "How garbage collection works").
+fence sentinel (docs/internals.md, "Garbage collection").
 """
 
 from __future__ import annotations

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 from memwal_core.errors import BadInputError
 from memwal_core.model.routing import region_spec_of
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.ingest.sources import Ingested, SourceFiles, resolve_sources
 from memwal_core.services.ingest.staged import write_staged
 from memwal_core.services.result import ServiceResult
 from memwal_core.services.writer import MemWalWriter, WriterOptions
-from memwal_core.table import MemWalTable
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,13 @@ import pyarrow as pa
 from memwal_core.errors import BadInputError
 from memwal_core.format.naming import STAGING_DIR
 from memwal_core.model.routing import RegionKey, region_spec_of
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import Engine
 from memwal_core.services.ingest.sources import Ingested, SourceFiles
 from memwal_core.services.staging import stage, unstage_batches
 from memwal_core.services.writer import MemWalWriter, WriterOptions
 from memwal_core.storage.limits import with_lance_defaults
 from memwal_core.storage.object_store import absolute_uri
-from memwal_core.table import MemWalTable
 
 # Stage 1 tasks per slot: files differ in size, so a few more tasks than slots even the load out.
 FILE_TASKS_PER_SLOT = 2

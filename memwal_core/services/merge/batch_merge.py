@@ -33,6 +33,7 @@ from memwal_core.errors import (
 from memwal_core.lance_errors import is_retries_exhausted
 from memwal_core.model.details_lease import details_lease
 from memwal_core.model.lease import Lease
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import Engine
 from memwal_core.services.merge.collapse import (
     BatchCollapse,
@@ -44,6 +45,7 @@ from memwal_core.services.merge.collapse import (
 from memwal_core.services.merge.commit import (
     AUTO,
     CommitPlan,
+    base_rows_matching,
     choose_commit,
     commit_checked,
 )
@@ -52,7 +54,6 @@ from memwal_core.services.merge.result import BatchResult, RegionMergeResult
 from memwal_core.services.merge.staged import collapse_staged
 from memwal_core.services.result import Failure
 from memwal_core.storage.retry import RetryPolicy
-from memwal_core.table import MemWalTable
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,8 @@ class _Committed:
     stats: dict[str, int]
     version: int
     plan: CommitPlan
+    # Base rows each region's deletes removed; they sum to Lance's `num_deleted_rows`.
+    rows_deleted: dict[str, int]
 
 
 @dataclass
@@ -320,6 +323,14 @@ class BatchMerge:
                 has_key_index(dataset, self.primary_key),
                 form=self.commit_form,
             )
+            deleting = sorted(r for r in included if sources.figures(r).deleted_rows)
+            matched = (
+                base_rows_matching(
+                    dataset, self.primary_key, {r: sources.deleted_keys({r}) for r in deleting}
+                )
+                if len(deleting) > 1
+                else None
+            )
             stats, version = commit_checked(
                 self.table,
                 dataset,
@@ -329,7 +340,17 @@ class BatchMerge:
                 sources.deleted_keys,
                 plan=plan,
             )
-        return _Committed(stats, version, plan)
+        deleted = stats.get("num_deleted_rows", 0)
+        rows_deleted = matched if matched is not None else {r: deleted for r in deleting}
+        if sum(rows_deleted.values()) != deleted:
+            log.warning(
+                "regions %s: %d base rows deleted, %d matched by their deletes before the commit "
+                "(deletes re-applied after a concurrent merge)",
+                deleting,
+                deleted,
+                sum(rows_deleted.values()),
+            )
+        return _Committed(stats, version, plan, rows_deleted)
 
     def _replan(
         self, plans: dict[str, RegionMergePlan], included: set[str], outcome: BatchOutcome
@@ -374,7 +395,8 @@ class BatchMerge:
                 region=region,
                 merged_generations=[g.generation for g in plans[region].generations],
                 rows_upserted=f.live_rows,
-                rows_deleted=f.deleted_rows,
+                rows_deleted=committed.rows_deleted.get(region, 0),
+                tombstones=f.deleted_rows,
                 rows_read=f.rows_read,
                 bytes_read=f.bytes_read,
                 seconds_collapse=seconds_collapse,
@@ -384,14 +406,8 @@ class BatchMerge:
                 batch=index,
             )
             outcome.merged.append(result)
-            log.info(
-                "region %s: merged generations %s (%d upserted, %d deleted) -> table v%d",
-                region,
-                result.merged_generations,
-                result.rows_upserted,
-                result.rows_deleted,
-                committed.version,
-            )
+            # Progress only: the figures are the report's, printed once.
+            log.info("region %s: merged (batch %d, table v%d)", region, index, committed.version)
         stats = committed.stats
         return BatchResult(
             batch=index,
@@ -399,6 +415,7 @@ class BatchMerge:
             generations=sum(len(plans[r].generations) for r in regions),
             rows_upserted=stats.get("num_inserted_rows", 0) + stats.get("num_updated_rows", 0),
             rows_deleted=stats.get("num_deleted_rows", 0),
+            tombstones=sum(sources.figures(r).deleted_rows for r in regions),
             rows_read=sum(sources.figures(r).rows_read for r in regions),
             bytes_read=sum(sources.figures(r).bytes_read for r in regions),
             seconds_collapse=seconds_collapse,

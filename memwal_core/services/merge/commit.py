@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import logging
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -40,7 +41,7 @@ from memwal_core.lance_errors import is_commit_conflict, is_stale_merge
 if TYPE_CHECKING:
     import lance
 
-    from memwal_core.table import MemWalTable
+    from memwal_core.model.table import MemWalTable
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,30 @@ def delete_predicate(keys: pa.Table, primary_key: Sequence[str]) -> str:
         equalities = [f"{_quote(c)} = {_literal(v, c)}" for c, v in zip(others, prefix, strict=True)]
         terms.append("(" + " AND ".join([*equalities, _in_list(widest, values)]) + ")")
     return " OR ".join(terms)
+
+
+def base_rows_matching(
+    dataset: lance.LanceDataset, primary_key: Sequence[str], keys_by_region: Mapping[str, pa.Table]
+) -> dict[str, int]:
+    """How many rows of `dataset`, at its version, each region's keys match: what deleting them removes.
+
+    Lance counts deleted rows per commit only. One read of the key columns
+    filtered by every region's keys (through the key index when there is one)
+    splits that count: regions never share a key, so each match is one region's.
+    """
+    keys = pa.concat_tables([t.select(list(primary_key)) for t in keys_by_region.values()])
+    found = dataset.to_table(columns=list(primary_key), filter=delete_predicate(keys, primary_key))
+    region = "_memwal_region"
+    labelled = pa.table(
+        {
+            **{c: keys.column(c).cast(found.schema.field(c).type) for c in primary_key},
+            region: pa.array([r for r, t in keys_by_region.items() for _ in range(t.num_rows)], pa.string()),
+        }
+    )
+    matched = Counter(
+        found.join(labelled, keys=list(primary_key), join_type="inner").column(region).to_pylist()
+    )
+    return {r: matched[r] for r in keys_by_region}
 
 
 AUTO, SINGLE, TWO_STEP = "auto", "single", "two-step"

@@ -20,9 +20,9 @@ from typing import Any
 from memwal_core.errors import BadInputError, CorruptMetadataError, MemwalError, NotFoundError
 from memwal_core.format.naming import MEM_WAL_DIR
 from memwal_core.format.regions import RegionManifest
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.result import Failure, to_jsonable
 from memwal_core.storage.object_store import absolute_uri
-from memwal_core.table import MemWalTable
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,16 @@ class RegionMergeResult:
     """What one region's prefix contributed to a batch commit.
 
     `rows_upserted` is the region's live rows (each one inserted or updated);
-    `rows_deleted` its tombstoned keys. Lance counts rows actually deleted only
-    per commit: see the batch.
+    `tombstones` the keys its generations delete, and `rows_deleted` the base
+    rows those deletes removed (a key deleted but never merged removes none).
+    Each sums over the regions of a batch to the batch's figure.
     """
 
     region: str
     merged_generations: list[int]
     rows_upserted: int
     rows_deleted: int
+    tombstones: int
     rows_read: int
     bytes_read: int
     seconds_collapse: float
@@ -34,13 +36,15 @@ class RegionMergeResult:
 
 @dataclass(frozen=True)
 class BatchResult(JsonRecord):
-    """One commit of a round: the regions it merged and Lance's figures for it."""
+    """One commit of a round: the regions it merged, Lance's figures for it (rows upserted, base rows
+    deleted) and the keys its regions' generations delete (`tombstones`)."""
 
     batch: int
     regions: list[str]
     generations: int
     rows_upserted: int
     rows_deleted: int
+    tombstones: int
     rows_read: int
     bytes_read: int
     seconds_collapse: float
@@ -85,6 +89,7 @@ class MergeResult(ServiceResult):
             "commits": len(self.batches),
             "rows_upserted": sum(b.rows_upserted for b in self.batches),
             "rows_deleted": sum(b.rows_deleted for b in self.batches),
+            "tombstones": sum(b.tombstones for b in self.batches),
         }
         if self.dry_run and self.plan is not None:
             payload["plan"] = self.plan.summary()

@@ -9,8 +9,8 @@ from typing import Any
 from memwal_core.errors import BadInputError
 from memwal_core.format.region_snapshot import RegionSnapshotRow, decode_field_value, region_field_types
 from memwal_core.format.regions import RegionManifest
+from memwal_core.model.table import MemWalTable
 from memwal_core.model.wal import last_wal_position
-from memwal_core.table import MemWalTable
 
 DEFAULT_INLINE_THRESHOLD = 100
 

@@ -14,7 +14,7 @@ from memwal_core.errors import MemWalNotEnabledError, NotFoundError
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.naming import region_snapshot_path
 from memwal_core.format.region_snapshot import RegionSnapshotRow, decode, from_arrow
-from memwal_core.table import MemWalTable
+from memwal_core.model.table import MemWalTable
 
 
 @dataclass(frozen=True)
