@@ -21,10 +21,10 @@ import pytest
 from memwal_core.cli.main import main
 from memwal_core.errors import StorageError
 from memwal_core.format.proto import memwal_pb2 as pb
+from memwal_core.model.table import MemWalTable
 from memwal_core.services.reader import lsm_scanner, plan_read
 from memwal_core.services.status import status
 from memwal_core.services.writer import MemWalWriter
-from memwal_core.table import MemWalTable
 from tests.support.cli import timed_cli
 from tests.support.model import KEYED_SCHEMA
 from tests.support.write_faults import Fault, ResponseFaults
