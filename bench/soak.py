@@ -70,6 +70,8 @@ SERVICES = ("merge", "catchup", "snapshot", "gc")
 FINAL_KEEP_MANIFESTS = 10
 FINAL_WAL_TAIL = 16
 RECOVERY_MEMTABLE_ROWS = 100_000
+# How long a service loop may take to finish its run in progress once asked to stop.
+SERVICE_STOP_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ SHORT = SoakConfig(
     writers=2,
     quiesce_every_seconds=35.0,
     kill_every_seconds=4.0,
-    spark_every_seconds=25.0,
+    spark_every_seconds=10.0,
     spark_killable=False,
     hold_every_seconds=20.0,
 )
@@ -693,7 +695,9 @@ class Soak:
                 if not (child.stop(60) and child.process is not None and child.process.returncode == 0):
                     self.note(f"{target.name}/{child.name} did not close by itself")
             for child in target.services():
-                child.terminate()
+                # A round in progress (a slow Spark one, say) finishes on the clean network.
+                if not child.stop(SERVICE_STOP_SECONDS):
+                    self.note(f"{target.name}/{child.name} did not stop within {SERVICE_STOP_SECONDS} s")
         for target in self.targets:
             self._replay_wals(target)
             self._audit(target)

@@ -14,10 +14,11 @@ SIGKILL at random moments and restarted by bench/soak.py; storage options
 (credentials) come from the environment, never the command line.
 
 Control files in `--control DIR`: `pause` asks writers to flush and wait
-(they answer with `paused-{writer}`), `stop` asks them to close and exit,
-`hold-two-step` asks the next merger that commits a fenced delete to stop
-there, before its upsert (it renames the file to `held-{name}` and waits to
-be killed).
+(they answer with `paused-{writer}`), `stop` asks writers to close and exit
+and service loops to exit after the run in progress,
+`hold-two-step` asks the next local-engine merger that commits a fenced
+delete to stop there, before its upsert (it renames the file to
+`held-{name}` and waits to be killed).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ import pyarrow as pa
 
 OPTIONS_ENV = "SOAK_STORAGE_OPTIONS"
 HOLD_FILE = "hold-two-step"
+# Seconds a Spark-engine round waits for a region's merge lease.
+SPARK_LEASE_WAIT = 5.0
 # Regions claimed at once when a writer re-claims its regions (each claim replays its WAL).
 RECLAIM_THREADS = 8
 
@@ -268,11 +271,13 @@ def run_service(args: argparse.Namespace) -> None:
     os.environ.setdefault("LANCE_LOG", "error")
     run = SERVICES[args.name]
     if args.name == "merge":
-        hold_after_fenced_delete(Path(args.control), args.label or args.name)
         args.merge_engine = merge_engine(args.engine, args.spark_master)
-        if args.engine == "spark":
-            args.merge_engine.parallelism()  # boot the session now, not inside the first round with work
-    while True:
+        if (
+            args.engine != "spark"
+        ):  # the commit is the driver's on either engine; a killed Spark merger would reboot its JVM
+            hold_after_fenced_delete(Path(args.control), args.label or args.name)
+    stop = Path(args.control) / "stop"
+    while True:  # at least one run, even when asked to stop during start-up (a Spark session boots slowly)
         started = time.perf_counter()
         try:
             with MemWalTable(args.uri, storage_options()) as table:
@@ -283,7 +288,11 @@ def run_service(args: argparse.Namespace) -> None:
             record = {"ok": False, "error": f"{type(exc).__name__}: {first}"}
         record["seconds"] = round(time.perf_counter() - started, 3)
         print(json.dumps(record), flush=True)
-        time.sleep(args.interval)
+        wake = time.monotonic() + args.interval
+        while time.monotonic() < wake and not stop.exists():
+            time.sleep(0.1)
+        if stop.exists():
+            return
 
 
 def hold_after_fenced_delete(control: Path, name: str) -> None:
@@ -331,6 +340,8 @@ def _merge(table: Any, args: argparse.Namespace) -> dict[str, Any]:
         commit_form=form,
         budget=MergeBudget.default(max_rows=max_rows),
         max_generations=rng.choice([None, None, 1, 2]),
+        # A Spark round is rare: it waits for a region the local merger holds rather than skip it.
+        lease_wait=SPARK_LEASE_WAIT if engine.name == "spark" else 0.0,
     )
     return {
         "engine": engine.name,
@@ -347,8 +358,11 @@ def _merge(table: Any, args: argparse.Namespace) -> dict[str, Any]:
 def merge_engine(name: str, spark_master: str) -> Any:
     """A merger's engine, for as long as its process lives: a Spark session starts once, at its first round."""
     from memwal_core.services.engine import LocalEngine, SparkEngine
+    from memwal_core.spark_session import spark_session
 
-    return SparkEngine(master=spark_master) if name == "spark" else LocalEngine()
+    if name == "spark":
+        return SparkEngine(spark_session(spark_master, {"spark.ui.enabled": "false"}))
+    return LocalEngine()
 
 
 def _catchup(table: Any, args: argparse.Namespace) -> dict[str, Any]:
