@@ -110,7 +110,7 @@ SHORT = SoakConfig(
     kill_every_seconds=4.0,
     spark_every_seconds=10.0,
     spark_killable=False,
-    hold_every_seconds=20.0,
+    hold_every_seconds=30.0,
 )
 
 
@@ -211,6 +211,8 @@ class AuditStats:
     max_merge_lag: int = 0
     quiescent_checks: int = 0
     checks_after_two_step_kill: int = 0
+    # Time spent waiting for the writers to flush and re-claim their regions before the checks.
+    seconds_to_pause: float = 0.0
     inconclusive_reads: int = 0
     # Acknowledged writes the MemWAL-aware read lacked after the writers stopped, before their WALs were replayed.
     acked_only_in_wal_at_stop: int = 0
@@ -653,7 +655,10 @@ class Soak:
     def quiescent_check(self, target: Target) -> None:
         """With writers paused and flushed, the MemWAL-aware read must equal the acknowledged writes."""
         try:
-            if not self._pause_writers(target):
+            pausing = time.monotonic()
+            paused = self._pause_writers(target)
+            target.auditor.stats.seconds_to_pause += time.monotonic() - pausing
+            if not paused:
                 self.note(f"{target.name}: writers did not pause in time; check skipped")
                 return
             for attempt in range(3):
@@ -839,6 +844,7 @@ class Soak:
                 "checks_after_two_step_kill": stats.checks_after_two_step_kill,
                 "inconclusive_reads": stats.inconclusive_reads,
                 "acked_only_in_wal_at_stop": stats.acked_only_in_wal_at_stop,
+                "seconds_to_pause_writers": round(stats.seconds_to_pause, 1),
             }
         totals = Counter[str]()
         by_form = Counter[str]()
@@ -1036,7 +1042,7 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"  [{name}] acked {numbers['writes_acknowledged']}, lost {numbers['writes_lost']}, "
             f"kills {numbers['kills_writers']}+{numbers['kills_services']}, merges {numbers['merges']}, "
             f"gc gens {numbers['gc_deleted_generations']}, lag {numbers['max_merge_lag_generations']}, "
-            f"failed runs {numbers['failed_service_runs']}"
+            f"failed runs {numbers['failed_service_runs']}, {numbers['seconds_to_pause_writers']} s pausing writers"
         )
     violations = summary["violations"]
     lines.append(f"  RESULT: {'FAIL' if violations else 'PASS'} ({len(violations)} violations)")
