@@ -35,9 +35,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from memwal_core.services.engine import Engine
 
 OPTIONS_ENV = "SOAK_STORAGE_OPTIONS"
 HOLD_FILE = "hold-two-step"
@@ -84,6 +87,11 @@ class WriterPlan:
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps({"keys": self.keys, "regions": self.regions, "pinned": self.pinned}))
+
+    @property
+    def pin(self) -> str | None:
+        """The region the writer is pinned to (None: it routes by bucket)."""
+        return self.regions[0] if self.pinned else None
 
     @classmethod
     def load(cls, path: Path) -> WriterPlan:
@@ -168,8 +176,7 @@ def run_writer(args: argparse.Namespace) -> None:
     rng = random.Random(args.seed * 1_000_003 + seq)
     log = OpLog(log_path)
     options = storage_options()
-    pin = plan.regions[0] if plan.pinned else None
-    writer = _claim(args, options, pin, control)
+    writer = _claim(args, options, plan.pin, control)
     while writer is not None and not (control / "stop").exists():
         if (control / "pause").exists():
             writer = _pause(writer, args, options, plan, control, seq - 1)
@@ -199,7 +206,7 @@ def run_writer(args: argparse.Namespace) -> None:
             log.line(f"F {seq} {type(exc).__name__}")
             print(f"writer {args.writer}: op {seq} failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
             _close_quietly(writer)
-            writer = _claim(args, options, pin, control)
+            writer = _claim(args, options, plan.pin, control)
         seq += 1
         if args.interval:
             time.sleep(args.interval)
@@ -253,9 +260,7 @@ def _pause(
     except Exception as exc:
         print(f"writer {args.writer}: flush failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
         _close_quietly(writer)
-        return _claim(
-            args, options, plan.regions[0] if plan.pinned else None, control
-        )  # flush again next loop
+        return _claim(args, options, plan.pin, control)  # flush again on the next loop
     marker = control / f"paused-{args.writer}"
     marker.write_text(str(last_seq))
     while (control / "pause").exists() and not (control / "stop").exists():
@@ -272,9 +277,8 @@ def run_service(args: argparse.Namespace) -> None:
     run = SERVICES[args.name]
     if args.name == "merge":
         args.merge_engine = merge_engine(args.engine, args.spark_master)
-        if (
-            args.engine != "spark"
-        ):  # the commit is the driver's on either engine; a killed Spark merger would reboot its JVM
+        # The commit is the driver's on either engine; a killed Spark merger would reboot its JVM.
+        if args.engine != "spark":
             hold_after_fenced_delete(Path(args.control), args.label or args.name)
     stop = Path(args.control) / "stop"
     while True:  # at least one run, even when asked to stop during start-up (a Spark session boots slowly)
@@ -355,8 +359,8 @@ def _merge(table: Any, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def merge_engine(name: str, spark_master: str) -> Any:
-    """A merger's engine, for as long as its process lives: a Spark session starts once, at its first round."""
+def merge_engine(name: str, spark_master: str) -> Engine:
+    """A merger's engine for as long as its process lives (a Spark session boots here, once, without UI)."""
     from memwal_core.services.engine import LocalEngine, SparkEngine
     from memwal_core.spark_session import spark_session
 
