@@ -76,6 +76,9 @@ class Writer(Protocol):
 
     def close(self) -> None: ...
 
+    @property
+    def regions(self) -> list[str]: ...
+
 
 @dataclass(frozen=True)
 class WriterPlan:
@@ -162,6 +165,7 @@ def choose(rng: random.Random, live: set[int], dead: set[int], keys: list[int]) 
 
 def run_writer(args: argparse.Namespace) -> None:
     from bench.soak_model import base_rows, parse_log, value_of
+    from memwal_core.errors import StorageError
 
     control = Path(args.control)
     log_path = Path(args.log)
@@ -205,8 +209,12 @@ def run_writer(args: argparse.Namespace) -> None:
         except Exception as exc:
             log.line(f"F {seq} {type(exc).__name__}")
             print(f"writer {args.writer}: op {seq} failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
-            _close_quietly(writer)
-            writer = _claim(args, options, plan.pin, control)
+            if not isinstance(exc, StorageError):
+                # Fenced, or not a storage failure: this writer object is done.
+                _close_quietly(writer)
+                writer = _claim(args, options, plan.pin, control)
+            # After a storage failure (a lost response, say) `MemWalWriter` has dropped that region's
+            # native writer and re-opens (re-claims) it on the next call; its other regions go on.
         seq += 1
         if args.interval:
             time.sleep(args.interval)
@@ -250,13 +258,16 @@ def _pause(
 ) -> Writer | None:
     """Flush every acknowledged write into a generation, report the last operation, wait for the pause to end.
 
-    `flush` covers only what this writer object holds; a write acknowledged by
-    a killed or failed predecessor is still only in the WAL until a claim
-    replays it, so a fresh claim of each region (replay, then close) follows the flush.
+    `flush` covers what this writer object holds, including what its own
+    claims replayed; a write acknowledged by a killed or failed predecessor in
+    a region this object never claimed is still only in the WAL until a claim
+    replays it, so a fresh claim of each such region (replay, then close)
+    follows the flush.
     """
     try:
+        claimed = set(writer.regions)
         writer.flush()
-        reclaim(args.uri, options, plan.regions, args.memtable_rows)
+        reclaim(args.uri, options, [r for r in plan.regions if r not in claimed], args.memtable_rows)
     except Exception as exc:
         print(f"writer {args.writer}: flush failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
         _close_quietly(writer)
