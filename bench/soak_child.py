@@ -76,9 +76,6 @@ class Writer(Protocol):
 
     def close(self) -> None: ...
 
-    @property
-    def regions(self) -> list[str]: ...
-
 
 @dataclass(frozen=True)
 class WriterPlan:
@@ -258,16 +255,15 @@ def _pause(
 ) -> Writer | None:
     """Flush every acknowledged write into a generation, report the last operation, wait for the pause to end.
 
-    `flush` covers what this writer object holds, including what its own
-    claims replayed; a write acknowledged by a killed or failed predecessor in
-    a region this object never claimed is still only in the WAL until a claim
-    replays it, so a fresh claim of each such region (replay, then close)
-    follows the flush.
+    `flush` covers only the regions this writer object holds open; a write
+    acknowledged by a killed predecessor, or in a region whose native writer
+    was dropped after a failure and not re-opened since, is still only in the
+    WAL until a claim replays it, so a fresh claim of each region (replay,
+    then close) follows the flush.
     """
     try:
-        claimed = set(writer.regions)
         writer.flush()
-        reclaim(args.uri, options, [r for r in plan.regions if r not in claimed], args.memtable_rows)
+        reclaim(args.uri, options, plan.regions, args.memtable_rows)
     except Exception as exc:
         print(f"writer {args.writer}: flush failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
         _close_quietly(writer)
