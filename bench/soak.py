@@ -2,21 +2,30 @@
 
 Two tables, one on SeaweedFS (started here on 127.0.0.1, reached through the
 suite's own fault-injecting proxy) and one on local disk. Per table: several
-writer processes, each owning one region and a key range, stream random
-upserts, deletes and re-inserts with durable writes and log what was
-acknowledged; merge, catch-up, snapshot and GC (with retention and a short
-grace period) run in loops in their own processes. Writers and services are
-killed with SIGKILL at random moments and restarted. An auditor samples every
-table version (merge progress never goes down), checks that no pending
-generation's directory is missing, and at quiescent points (writers paused
-and flushed) compares the MemWAL-aware read with the model of acknowledged
-writes. At the end faults stop, writers close, the services drain, and the
-base table must equal the model with nothing pending and GC having left only
-the newest manifests, the WAL tail and sentinels.
+writer processes stream random upserts, deletes and re-inserts of their own
+keys with durable writes and log what was acknowledged. Without `--regions`
+each writer is pinned to one manual region; with `--regions R` the table is
+bucketed by key into R regions, each writer process owns the keys of R/W of
+them and its one `MemWalWriter` routes every put over its regions. Merge
+(local engine; random commit form, batch budget and generation cap per
+round), an occasional Spark-engine merge, catch-up, snapshot and GC (with
+retention and a short grace period) run in loops in their own processes.
+Writers and services are killed with SIGKILL at random moments and
+restarted; now and then the soak arms a hold that stops the next two-step
+merge commit between its fenced delete and its upsert, kills that merger
+there, and checks the MemWAL-aware read at once, with the other mergers
+stopped. An auditor samples every table version (merge progress never goes
+down), checks that no pending generation's directory is missing, and at
+quiescent points (writers paused and flushed) compares the MemWAL-aware
+read with the model of acknowledged writes. At the end faults stop, writers
+close, the services drain, and the base table must equal the model with
+nothing pending and GC having left only the newest manifests, the WAL tail
+and sentinels.
 
 Usage:
     python bench/soak.py --short              # CI: about two minutes
-    python bench/soak.py --minutes 10         # long mode
+    python bench/soak.py --short --skip-local --regions 32 --seed 7
+    python bench/soak.py --minutes 30 --regions 64   # long mode
 Exit status 0: no loss, no invariant break; 1: the summary lists the evidence.
 """
 
@@ -40,14 +49,19 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.soak_child import OPTIONS_ENV, SCHEMA, reclaim  # noqa: E402
+from bench.soak_child import HOLD_FILE, OPTIONS_ENV, SCHEMA, WriterPlan, reclaim  # noqa: E402
 from bench.soak_model import Mismatch, WriterLog, base_rows, compare, parse_log  # noqa: E402
 from bench.soak_proxy import FaultProxy, FaultRates  # noqa: E402
 from memwal_core.errors import MemWalNotEnabledError, NotFoundError  # noqa: E402
 from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, generation_from_dir_name  # noqa: E402
+from memwal_core.model.region_directory import region_id_for  # noqa: E402
+from memwal_core.model.routing import RegionSpec, region_spec_of  # noqa: E402
+from memwal_core.services.merge.staged import ROWS_PER_TASK_ENV  # noqa: E402
 from memwal_core.model.table import MemWalTable  # noqa: E402
 
 KEY_STRIDE = 1_000_000
@@ -56,6 +70,11 @@ SERVICES = ("merge", "catchup", "snapshot", "gc")
 FINAL_KEEP_MANIFESTS = 10
 FINAL_WAL_TAIL = 16
 RECOVERY_MEMTABLE_ROWS = 100_000
+# Each writer's MemTable row limit per region with `--regions` (default; `--memtable-rows` sets it):
+# at 32 regions this doubled the writes acknowledged and quadrupled the generations merged.
+WIDE_MEMTABLE_ROWS = 8
+# How long a service loop may take to finish its run in progress once asked to stop.
+SERVICE_STOP_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -75,9 +94,27 @@ class SoakConfig:
     rates: FaultRates = field(default_factory=FaultRates)
     seed: int = 1
     targets: tuple[str, ...] = ("s3", "local")
+    # None: one manual region per writer; else a table bucketed by key into this many regions.
+    regions: int | None = None
+    # Seconds between Spark-engine merge rounds (one Spark merger per table); 0: none.
+    spark_every_seconds: float = 30.0
+    # Whether random kills may hit the Spark merger (its restart boots a JVM).
+    spark_killable: bool = True
+    # Seconds between arming the hold that stops a two-step merge commit after its fenced delete.
+    hold_every_seconds: float = 45.0
+    # Sabotage, to prove the audit catches a loss: writer 0 fakes one acknowledged put from this op on.
+    sabotage_at: int = 0
 
 
-SHORT = SoakConfig(minutes=1.2, writers=2, quiesce_every_seconds=35.0, kill_every_seconds=4.0)
+SHORT = SoakConfig(
+    minutes=1.2,
+    writers=2,
+    quiesce_every_seconds=35.0,
+    kill_every_seconds=4.0,
+    spark_every_seconds=10.0,
+    spark_killable=False,
+    hold_every_seconds=30.0,
+)
 
 
 @dataclass(frozen=True)
@@ -98,8 +135,18 @@ class Violation:
 class Child:
     """One child process (writer or service loop), restartable; killed and stopped by its PID only."""
 
-    def __init__(self, target: str, name: str, argv: list[str], env: dict[str, str], out_dir: Path) -> None:
+    def __init__(
+        self,
+        target: str,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        out_dir: Path,
+        *,
+        killable: bool = True,
+    ) -> None:
         self.target = target
+        self.killable = killable
         self.name = name
         self.argv = argv
         self.env = env
@@ -166,7 +213,12 @@ class AuditStats:
     versions_unsampled: int = 0
     max_merge_lag: int = 0
     quiescent_checks: int = 0
+    checks_after_two_step_kill: int = 0
+    # Time spent waiting for the writers to flush and re-claim their regions before the checks.
+    seconds_to_pause: float = 0.0
     inconclusive_reads: int = 0
+    # Acknowledged writes the MemWAL-aware read lacked after the writers stopped, before their WALs were replayed.
+    acked_only_in_wal_at_stop: int = 0
 
 
 class Auditor:
@@ -246,6 +298,28 @@ class Auditor:
             ]
 
 
+def writer_keys(config: SoakConfig) -> list[list[int]]:
+    """Each writer's keys: a range per writer, or (bucketed) keys of the buckets it owns (bucket % writers).
+
+    Buckets are computed by the same routing the writer uses, on a spec of R
+    buckets over `id`; `Target.create_table` checks them against the table's own.
+    """
+    count = config.keys_per_writer
+    if config.regions is None:
+        return [
+            list(range((i + 1) * KEY_STRIDE, (i + 1) * KEY_STRIDE + count)) for i in range(config.writers)
+        ]
+    spec = RegionSpec(spec_id=0, field_id="0", transform="bucket", column="id", num_buckets=config.regions)
+    candidates = pa.table({"id": pa.array(range(1, 1 + 4 * count * config.writers), pa.int64())})
+    buckets, _ = spec.route(candidates)
+    keys: list[list[int]] = [[] for _ in range(config.writers)]
+    for key, bucket in zip(candidates.column("id").to_pylist(), buckets.tolist(), strict=True):
+        mine = keys[bucket % config.writers]
+        if len(mine) < count:
+            mine.append(key)
+    return keys
+
+
 class Target:
     """One table under test with its writers, service loops and auditor."""
 
@@ -257,7 +331,10 @@ class Target:
         audit_options: dict[str, str],
         config: SoakConfig,
         workdir: Path,
+        *,
+        spark: bool,
     ) -> None:
+        """`spark`: whether a Spark-engine merger runs on this table too."""
         self.name = name
         self.uri = uri
         self.config = config
@@ -265,86 +342,109 @@ class Target:
         self.control = self.dir / "control"
         self.control.mkdir(parents=True)
         self.audit_options = audit_options
-        self.regions = [
-            str(uuid.UUID(int=random.Random(config.seed * 31 + i).getrandbits(128), version=4))
-            for i in range(config.writers)
-        ]
+        self.keys = writer_keys(config)
+        # Filled in by `create_table`: each writer's regions, and each key's region.
+        self.plans: list[WriterPlan] = []
+        self.region_of: dict[int, str] = {}
+        self.two_step_kills = 0
         self.table = MemWalTable(uri, audit_options)
         self.auditor = Auditor(name, self.table, config.grace_seconds)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
         env.update({OPTIONS_ENV: json.dumps(client_options), "LANCE_LOG": "error", "PYTHONPATH": str(ROOT)})
+        # Spark cuts each region's prefix into key partitions of at least this many rows: a few per region.
+        env.setdefault(ROWS_PER_TASK_ENV, "20")
         self.children = [self._writer(i, env) for i in range(config.writers)]
-        self.children += [
-            Child(
-                name,
-                f"svc-{service}",
-                [
-                    "service",
-                    service,
-                    f"--uri={uri}",
-                    f"--interval={config.service_interval}",
-                    f"--grace-seconds={config.grace_seconds}",
-                    f"--retain-seconds={config.retain_seconds}",
-                ],
-                env,
-                self.dir,
-            )
-            for service in SERVICES
-        ]
+        self.service_names = [*SERVICES, *(["merge-spark"] if spark else [])]
+        self.children += [self._service(service, env) for service in self.service_names]
 
-    def key_start(self, writer: int) -> int:
-        return (writer + 1) * KEY_STRIDE
+    def _service(self, label: str, env: dict[str, str]) -> Child:
+        spark = label == "merge-spark"
+        argv = [
+            "service",
+            "merge" if spark else label,
+            f"--uri={self.uri}",
+            f"--control={self.control}",
+            f"--label={label}",
+            f"--interval={self.config.spark_every_seconds if spark else self.config.service_interval}",
+            f"--grace-seconds={self.config.grace_seconds}",
+            f"--retain-seconds={self.config.retain_seconds}",
+            f"--engine={'spark' if spark else 'local'}",
+        ]
+        return Child(
+            self.name, f"svc-{label}", argv, env, self.dir, killable=not spark or self.config.spark_killable
+        )
 
     def _writer(self, i: int, env: dict[str, str]) -> Child:
         argv = [
             "writer",
             f"--uri={self.uri}",
-            f"--region={self.regions[i]}",
+            f"--plan={self.dir / f'writer-{i}.plan.json'}",
             f"--writer={i}",
-            f"--key-start={self.key_start(i)}",
-            f"--key-count={self.config.keys_per_writer}",
             f"--log={self.dir / f'writer-{i}.log'}",
             f"--control={self.control}",
             f"--seed={self.config.seed * 100 + i}",
             f"--memtable-rows={self.config.memtable_rows}",
             f"--interval={self.config.writer_interval}",
+            f"--sabotage-at={self.config.sabotage_at if i == 0 else 0}",
         ]
         return Child(self.name, f"writer-{i}", argv, env, self.dir)
 
     def create_table(self) -> None:
-        """The base table (half of every writer's keys), a key index the MemWAL maintains, and MemWAL."""
+        """The base table (half of every writer's keys), a key index the MemWAL maintains, MemWAL, the plans."""
         import lance
-        import pyarrow as pa
 
         rows: list[dict[str, Any]] = []
-        for i in range(self.config.writers):
-            base = base_rows(self.key_start(i), self.config.keys_per_writer)
-            rows += [{"id": k, "w": i, "v": v} for k, v in base.items()]
+        for i, keys in enumerate(self.keys):
+            rows += [{"id": k, "w": i, "v": v} for k, v in base_rows(keys).items()]
         options = self.audit_options or None
         lance.write_dataset(pa.Table.from_pylist(rows, schema=SCHEMA), self.uri, storage_options=options)
         lance.dataset(self.uri, storage_options=options).create_scalar_index("id", "BTREE", name="id_idx")
-        lance.dataset(self.uri, storage_options=options).initialize_mem_wal()
+        dataset = lance.dataset(self.uri, storage_options=options)
+        if self.config.regions is None:
+            dataset.initialize_mem_wal()
+            manual = [
+                str(uuid.UUID(int=random.Random(self.config.seed * 31 + i).getrandbits(128), version=4))
+                for i in range(self.config.writers)
+            ]
+            self.plans = [WriterPlan(keys, [manual[i]], True) for i, keys in enumerate(self.keys)]
+            self.region_of = {k: manual[i] for i, keys in enumerate(self.keys) for k in keys}
+        else:
+            dataset.initialize_mem_wal(bucket_column="id", num_buckets=self.config.regions)
+            self._bucket_plans(lance.dataset(self.uri, storage_options=options))
+        for i, plan in enumerate(self.plans):
+            plan.save(self.dir / f"writer-{i}.plan.json")
+
+    def _bucket_plans(self, dataset: Any) -> None:
+        """Each writer's regions as the table routes its keys; no region may serve two writers."""
+        spec = region_spec_of(dataset)
+        assert spec is not None
+        owner: dict[str, int] = {}
+        for i, keys in enumerate(self.keys):
+            codes, values = spec.route(pa.table({"id": pa.array(keys, pa.int64())}))
+            regions = [region_id_for(spec.spec_id, values[c]) for c in codes.tolist()]
+            self.region_of.update(zip(keys, regions, strict=True))
+            for region in regions:
+                if owner.setdefault(region, i) != i:
+                    raise RuntimeError(f"region {region} routes keys of writers {owner[region]} and {i}")
+            self.plans.append(WriterPlan(keys, sorted(set(regions)), False))
 
     def logs(self) -> list[WriterLog]:
         return [
-            parse_log(
-                self.dir / f"writer-{i}.log",
-                i,
-                base_rows(self.key_start(i), self.config.keys_per_writer),
-                range(self.key_start(i), self.key_start(i) + self.config.keys_per_writer),
-            )
-            for i in range(self.config.writers)
+            parse_log(self.dir / f"writer-{i}.log", i, base_rows(keys), keys)
+            for i, keys in enumerate(self.keys)
         ]
 
     def region_of_key(self, key: int) -> str | None:
-        writer = key // KEY_STRIDE - 1
-        return self.regions[writer] if 0 <= writer < len(self.regions) else None
+        return self.region_of.get(key)
 
     def writers(self) -> list[Child]:
         return [c for c in self.children if c.is_writer]
 
     def services(self) -> list[Child]:
         return [c for c in self.children if not c.is_writer]
+
+    def mergers(self) -> list[Child]:
+        return [c for c in self.children if c.name.startswith("svc-merge")]
 
     def service_records(self, name: str) -> list[dict[str, Any]]:
         path = self.dir / f"svc-{name}.out"
@@ -413,6 +513,8 @@ class Soak:
     # -- set-up and tear-down -------------------------------------------------------------------
 
     def setup(self) -> None:
+        # One Spark merger (a JVM) per soak, on the first table: occasional Spark-engine rounds in the mix.
+        spark = bool(self.config.spark_every_seconds)
         if "s3" in self.config.targets:
             from tests.support.seaweed import SeaweedServer
 
@@ -422,10 +524,13 @@ class Soak:
             self.proxy = FaultProxy(self.server.ports["s3.port"], self.config.rates, seed=self.config.seed)
             self.proxy.start()
             proxied = {**direct, "aws_endpoint": self.proxy.endpoint}
-            self.targets.append(Target("s3", "s3://soak/table", proxied, direct, self.config, self.workdir))
+            self.targets.append(
+                Target("s3", "s3://soak/table", proxied, direct, self.config, self.workdir, spark=spark)
+            )
         if "local" in self.config.targets:
             uri = str(self.workdir / "local-table")
-            self.targets.append(Target("local", uri, {}, {}, self.config, self.workdir))
+            spark = spark and not self.targets
+            self.targets.append(Target("local", uri, {}, {}, self.config, self.workdir, spark=spark))
         for target in self.targets:
             target.create_table()
 
@@ -449,19 +554,66 @@ class Soak:
         deadline = started + self.config.minutes * 60
         next_kill = started + self.rng.expovariate(1 / self.config.kill_every_seconds)
         next_quiesce = started + self.config.quiesce_every_seconds
+        next_hold = started + self.config.hold_every_seconds
         while (now := time.monotonic()) < deadline:
             self._restart_due(children, now)
             if now >= next_kill:
                 self._kill_one(children, now)
                 next_kill = now + self.rng.expovariate(1 / self.config.kill_every_seconds)
+            if now >= next_hold:
+                for target in self.targets:
+                    (target.control / HOLD_FILE).touch()
+                next_hold = now + self.config.hold_every_seconds
             if now >= next_quiesce:
                 for target in self.targets:
                     self.quiescent_check(target)
                 next_quiesce = time.monotonic() + self.config.quiesce_every_seconds
             for target in self.targets:
+                if self._kill_held(target):
+                    next_quiesce = time.monotonic() + self.config.quiesce_every_seconds
                 self._audit(target)
             time.sleep(0.2)
         self.finish(children)
+
+    def _take_held(self, target: Target) -> list[Child]:
+        """Kill -9 every merger of `target` that stopped between a fenced delete and its upsert."""
+        held = []
+        for marker in target.control.glob("held-*"):
+            child = next(c for c in target.mergers() if c.name == f"svc-{marker.name.removeprefix('held-')}")
+            marker.unlink()
+            if child.alive():
+                child.kill9()
+                target.two_step_kills += 1
+            held.append(child)
+        return held
+
+    def _kill_held(self, target: Target) -> bool:
+        """After a kill inside a two-step commit, read the table the MemWAL way with no merger running.
+
+        The base has lost the deleted rows while merge progress has not moved:
+        the pending generations' tombstones and puts must still make the read
+        equal the model. The other mergers are stopped (SIGSTOP) meanwhile and
+        the killed one restarts after the check. True if a check ran.
+        """
+        held = self._take_held(target)
+        if not held:
+            return False
+        for child in held:
+            child.restart_at = float("inf")
+        stopped = [c for c in target.mergers() if c.alive()]
+        for child in stopped:
+            assert child.process is not None
+            os.kill(child.process.pid, signal.SIGSTOP)
+        try:
+            self.quiescent_check(target)
+            target.auditor.stats.checks_after_two_step_kill += 1
+        finally:
+            for child in stopped:
+                assert child.process is not None
+                os.kill(child.process.pid, signal.SIGCONT)
+            for child in held:
+                child.restart_at = time.monotonic()
+        return True
 
     def _audit(self, target: Target) -> None:
         try:
@@ -481,7 +633,7 @@ class Soak:
                 child.start()
 
     def _kill_one(self, children: list[Child], now: float) -> None:
-        alive = [c for c in children if c.alive()]
+        alive = [c for c in children if c.alive() and c.killable]
         if alive:
             victim = self.rng.choice(alive)
             victim.kill9()
@@ -506,7 +658,10 @@ class Soak:
     def quiescent_check(self, target: Target) -> None:
         """With writers paused and flushed, the MemWAL-aware read must equal the acknowledged writes."""
         try:
-            if not self._pause_writers(target):
+            pausing = time.monotonic()
+            paused = self._pause_writers(target)
+            target.auditor.stats.seconds_to_pause += time.monotonic() - pausing
+            if not paused:
                 self.note(f"{target.name}: writers did not pause in time; check skipped")
                 return
             for attempt in range(3):
@@ -533,6 +688,9 @@ class Soak:
         """Stop faults, close writers, stop services, drain in-process, then check the end state."""
         if self.proxy is not None:
             self.proxy.faults.clear()
+        for target in self.targets:  # no more holds: a merger holding now is killed like any other
+            (target.control / HOLD_FILE).unlink(missing_ok=True)
+            self._take_held(target)
         now = time.monotonic()
         for child in children:
             if not child.alive():
@@ -542,47 +700,69 @@ class Soak:
             (target.control / "stop").touch()
         for target in self.targets:
             for child in target.writers():
-                if child.stop(60) and child.process is not None and child.process.returncode == 0:
-                    continue
-                # It could not close (or claim): a fresh claim replays its WAL and flushes it.
-                region = target.regions[int(child.name.split("-")[1])]
-                try:
-                    reclaim(target.uri, target.audit_options, region, self.config.memtable_rows)
-                    self.note(f"{target.name}/{child.name} did not close by itself; re-claimed to flush")
-                except Exception as exc:
-                    self.violations.append(
-                        Violation(
-                            target.name,
-                            "region_unclaimable",
-                            None,
-                            region,
-                            None,
-                            f"{str(exc)[:400]}; evidence: {json.dumps(wal_evidence(target.table, region, str(exc)))}",
-                        )
-                    )
-                    self._recover(target, region)
+                if not (child.stop(60) and child.process is not None and child.process.returncode == 0):
+                    self.note(f"{target.name}/{child.name} did not close by itself")
             for child in target.services():
-                child.terminate()
+                # A round in progress (a slow Spark one, say) finishes on the clean network.
+                if not child.stop(SERVICE_STOP_SECONDS):
+                    self.note(f"{target.name}/{child.name} did not stop within {SERVICE_STOP_SECONDS} s")
         for target in self.targets:
+            self._replay_wals(target)
             self._audit(target)
             self.drain[target.name] = drain(target.table)
             self._audit(target)
             self.final_checks(target)
 
-    def _recover(self, target: Target, region: str) -> None:
-        """Lance's suggested way out of an over-full WAL generation: claim with a larger MemTable.
+    def _replay_wals(self, target: Target) -> None:
+        """Claim every writer's regions once (replay, then flush) after all writers stopped.
 
-        Still a violation (the region's own writer could not claim it), but the
-        final comparison then shows whether the acknowledged writes survived in
-        the WAL or are gone.
+        A writer killed after its last flush leaves acknowledged writes in its
+        regions' WALs only; they become readable when a later writer claims
+        the region. A restarted writer claims only the regions it writes to
+        before it is stopped (none, if the stop came first), so without this
+        such writes would look lost. How many acknowledged writes the
+        MemWAL-aware read lacked before this replay is counted (it is not a
+        loss: the final comparison after the drain decides that).
         """
         try:
-            reclaim(target.uri, target.audit_options, region, RECOVERY_MEMTABLE_ROWS)
-            self.note(
-                f"{target.name}: region {region} claimed with max_memtable_rows={RECOVERY_MEMTABLE_ROWS}"
-            )
+            _, before = lsm_rows(target.table)
+            target.auditor.stats.acked_only_in_wal_at_stop = len(compare(target.logs(), before))
         except Exception as exc:
-            self.note(f"{target.name}: region {region} not recoverable either: {str(exc)[:300]}")
+            self.note(f"{target.name}: LSM read before the final replay failed: {str(exc)[:200]}")
+        for i, plan in enumerate(target.plans):
+            try:
+                reclaim(target.uri, target.audit_options, plan.regions, self.config.memtable_rows)
+            except Exception as exc:
+                self.note(f"{target.name}/writer-{i}: final re-claim failed: {str(exc)[:300]}")
+                self._unclaimable(target, plan.regions)
+
+    def _unclaimable(self, target: Target, regions: list[str]) -> None:
+        """A writer's regions could not all be re-claimed: a violation per region that still fails, with
+        its WAL as evidence, then Lance's suggested way out of an over-full WAL generation (a claim with
+        a larger MemTable), so that the final comparison shows whether the acknowledged writes survived."""
+        for region in regions:
+            try:
+                reclaim(target.uri, target.audit_options, [region], self.config.memtable_rows)
+                continue
+            except Exception as again:
+                evidence = json.dumps(wal_evidence(target.table, region, str(again)))
+                self.violations.append(
+                    Violation(
+                        target.name,
+                        "region_unclaimable",
+                        None,
+                        region,
+                        None,
+                        f"{str(again)[:400]}; evidence: {evidence}",
+                    )
+                )
+            try:
+                reclaim(target.uri, target.audit_options, [region], RECOVERY_MEMTABLE_ROWS)
+                self.note(
+                    f"{target.name}: region {region} claimed with max_memtable_rows={RECOVERY_MEMTABLE_ROWS}"
+                )
+            except Exception as last:
+                self.note(f"{target.name}: region {region} not recoverable either: {str(last)[:300]}")
 
     def final_checks(self, target: Target) -> None:
         table = target.table
@@ -626,12 +806,20 @@ class Soak:
         per_target = {}
         for target in self.targets:
             logs = target.logs()
-            merges = [r for r in target.service_records("merge") if r.get("ok")]
+            merges = [
+                r for name in ("merge", "merge-spark") for r in target.service_records(name) if r.get("ok")
+            ]
             gcs = [r for r in target.service_records("gc") if r.get("ok")]
             failed_runs = Counter(
-                name for name in SERVICES for r in target.service_records(name) if not r.get("ok")
+                name for name in target.service_names for r in target.service_records(name) if not r.get("ok")
             )
             drained = self.drain.get(target.name, Counter())
+            # Batches (commits) by engine and commit form, the drain's included.
+            by_form = Counter({k: n for k, n in drained.items() if "/" in k})
+            for record in merges:
+                by_form.update(
+                    {f"{record['engine']}/{form}": n for form, n in record.get("forms", {}).items()}
+                )
             stats = target.auditor.stats
             per_target[target.name] = {
                 "writes_acknowledged": sum(w.acked_ops for w in logs),
@@ -640,9 +828,13 @@ class Soak:
                 "writes_lost": self.lost.get(target.name, 0),
                 "kills_writers": sum(c.kills for c in target.writers()),
                 "kills_services": sum(c.kills for c in target.services()),
+                "kills_in_two_step_commit": target.two_step_kills,
                 "crashes": sum(c.crashes for c in target.children),
                 "merges": sum(r.get("commits", 0) for r in merges) + drained["commits"],
                 "generations_merged": sum(r.get("merged", 0) for r in merges) + drained["merged"],
+                "merge_batches": sum(by_form.values()),
+                "merge_batches_by_engine_and_form": dict(sorted(by_form.items())),
+                "spark_merge_rounds": sum(1 for r in merges if r["engine"] == "spark"),
                 "gc_deleted_generations": sum(r.get("deleted", 0) for r in gcs) + drained["deleted"],
                 "gc_deleted_wal_entries": sum(r.get("wal_deleted", 0) for r in gcs) + drained["wal_deleted"],
                 "gc_deleted_manifests": sum(r.get("manifests_deleted", 0) for r in gcs)
@@ -652,11 +844,16 @@ class Soak:
                 "versions_audited": stats.versions_audited,
                 "versions_unsampled": stats.versions_unsampled,
                 "quiescent_checks": stats.quiescent_checks,
+                "checks_after_two_step_kill": stats.checks_after_two_step_kill,
                 "inconclusive_reads": stats.inconclusive_reads,
+                "acked_only_in_wal_at_stop": stats.acked_only_in_wal_at_stop,
+                "seconds_to_pause_writers": round(stats.seconds_to_pause, 1),
             }
         totals = Counter[str]()
+        by_form = Counter[str]()
         for numbers in per_target.values():
             totals.update({k: v for k, v in numbers.items() if isinstance(v, int)})
+            by_form.update(numbers["merge_batches_by_engine_and_form"])
         totals["max_merge_lag_generations"] = max(
             (n["max_merge_lag_generations"] for n in per_target.values()), default=0
         )
@@ -664,8 +861,11 @@ class Soak:
             "seconds": round(seconds, 1),
             "minutes_of_load": self.config.minutes,
             "writers_per_table": self.config.writers,
+            "regions_per_table": self.config.regions or self.config.writers,
+            "memtable_rows": self.config.memtable_rows,
+            "seed": self.config.seed,
             "injected_faults": dict(self.proxy.counts) if self.proxy else {},
-            "totals": dict(totals),
+            "totals": {**totals, "merge_batches_by_engine_and_form": dict(sorted(by_form.items()))},
             "tables": per_target,
             "violations": [v.to_json() for v in self.violations],
             "notes": self.notes[-30:],
@@ -686,6 +886,7 @@ def drain(table: MemWalTable) -> Counter[str]:
         result = merge(table)
         counts["commits"] += len(result.regions)
         counts["merged"] += sum(len(r.merged_generations) for r in result.regions)
+        counts.update(f"local/{b.commit_form}" for b in result.batches)
         if not any(r.generations for r in plan_read(table).regions) and not result.busy_regions:
             break
         time.sleep(0.5)
@@ -820,26 +1021,33 @@ def format_summary(summary: dict[str, Any]) -> str:
     faults = summary["injected_faults"]
     injected = sum(n for k, n in faults.items() if k != "connections")
     lines = [
-        f"soak: {summary['minutes_of_load']} min of load, {summary['writers_per_table']} writers per table, "
-        f"{summary['seconds']} s in all",
+        f"soak: {summary['minutes_of_load']} min of load, {summary['writers_per_table']} writers and "
+        f"{summary['regions_per_table']} regions per table (MemTables of {summary['memtable_rows']} rows), "
+        f"seed {summary['seed']}, {summary['seconds']} s in all",
         f"  writes acknowledged {t.get('writes_acknowledged', 0)} ({t.get('rows_acknowledged', 0)} rows), "
         f"writes lost {t.get('writes_lost', 0)}, unacknowledged (failed or killed) {t.get('writes_unacknowledged', 0)}",
         f"  kills {t.get('kills_writers', 0) + t.get('kills_services', 0)} "
-        f"(writers {t.get('kills_writers', 0)}, services {t.get('kills_services', 0)}), "
+        f"(writers {t.get('kills_writers', 0)}, services {t.get('kills_services', 0)}, "
+        f"of them inside a two-step commit {t.get('kills_in_two_step_commit', 0)}), "
         f"injected network faults {injected} {dict(sorted(faults.items()))}",
-        f"  merges {t.get('merges', 0)} ({t.get('generations_merged', 0)} generations), GC deletions "
+        f"  merges {t.get('merges', 0)} region merges ({t.get('generations_merged', 0)} generations) in "
+        f"{t.get('merge_batches', 0)} commits by engine/form {t['merge_batches_by_engine_and_form']}, "
+        f"{t.get('spark_merge_rounds', 0)} Spark rounds",
+        f"  generations GC'd {t.get('gc_deleted_generations', 0)}; GC deletions "
         f"{t.get('gc_deleted_generations', 0)} generations, {t.get('gc_deleted_wal_entries', 0)} WAL entries, "
         f"{t.get('gc_deleted_manifests', 0)} manifest versions",
         f"  max merge lag {t.get('max_merge_lag_generations', 0)} generations; versions audited "
         f"{t.get('versions_audited', 0)} (unsampled {t.get('versions_unsampled', 0)}), quiescent checks "
-        f"{t.get('quiescent_checks', 0)}, crashes {t.get('crashes', 0)}",
+        f"{t.get('quiescent_checks', 0)} ({t.get('checks_after_two_step_kill', 0)} right after a two-step kill), "
+        f"crashes {t.get('crashes', 0)}; acknowledged keys only in a WAL when the writers stopped "
+        f"{t.get('acked_only_in_wal_at_stop', 0)} (replayed by the final re-claim)",
     ]
     for name, numbers in summary["tables"].items():
         lines.append(
             f"  [{name}] acked {numbers['writes_acknowledged']}, lost {numbers['writes_lost']}, "
             f"kills {numbers['kills_writers']}+{numbers['kills_services']}, merges {numbers['merges']}, "
             f"gc gens {numbers['gc_deleted_generations']}, lag {numbers['max_merge_lag_generations']}, "
-            f"failed runs {numbers['failed_service_runs']}"
+            f"failed runs {numbers['failed_service_runs']}, {numbers['seconds_to_pause_writers']} s pausing writers"
         )
     violations = summary["violations"]
     lines.append(f"  RESULT: {'FAIL' if violations else 'PASS'} ({len(violations)} violations)")
@@ -857,6 +1065,18 @@ def parse_args(argv: list[str] | None = None) -> tuple[SoakConfig, argparse.Name
     mode.add_argument("--short", action="store_true", help="the CI mode: about 70 s of load")
     mode.add_argument("--minutes", type=float, help="minutes of load (long mode)")
     parser.add_argument("--writers", type=int, help="writer processes per table")
+    parser.add_argument(
+        "--regions", type=int, help="bucket each table into this many regions, spread over the writers"
+    )
+    parser.add_argument("--memtable-rows", type=int, help="each writer's MemTable row limit per region")
+    parser.add_argument(
+        "--spark-every", type=float, help="seconds between Spark-engine merge rounds (0: none)"
+    )
+    parser.add_argument(
+        "--sabotage-at",
+        type=int,
+        help="writer 0 logs one put from this op on as acknowledged without writing it (the run must fail)",
+    )
     parser.add_argument("--seed", type=int)
     parser.add_argument("--skip-s3", action="store_true")
     parser.add_argument("--skip-local", action="store_true")
@@ -868,6 +1088,21 @@ def parse_args(argv: list[str] | None = None) -> tuple[SoakConfig, argparse.Name
     config = SHORT if args.short else SoakConfig(minutes=args.minutes)
     if args.writers:
         config = replace(config, writers=args.writers)
+    if args.regions is not None:
+        if args.regions < config.writers:
+            parser.error(f"--regions {args.regions}: at least one region per writer ({config.writers})")
+        # A region sees a share of its writer's rows: a smaller MemTable still seals generations often.
+        config = replace(config, regions=args.regions, memtable_rows=WIDE_MEMTABLE_ROWS)
+    if args.memtable_rows is not None:
+        if args.memtable_rows < 1:
+            parser.error(f"--memtable-rows {args.memtable_rows}: at least 1")
+        config = replace(config, memtable_rows=args.memtable_rows)
+    if args.spark_every is not None:
+        if args.spark_every < 0:
+            parser.error(f"--spark-every {args.spark_every}: not a number of seconds")
+        config = replace(config, spark_every_seconds=args.spark_every)
+    if args.sabotage_at:
+        config = replace(config, sabotage_at=args.sabotage_at)
     if args.seed is not None:
         config = replace(config, seed=args.seed)
     targets = tuple(t for t in config.targets if not getattr(args, f"skip_{t}"))

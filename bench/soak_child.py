@@ -1,16 +1,24 @@
-"""The soak suite's child processes: one writer per region, and one loop per maintenance service.
+"""The soak suite's child processes: writers, and one loop per maintenance service.
 
 `python -m bench.soak_child writer ...` streams random upserts, deletes and
-re-inserts into its own region and key range with durable writes, logging
-each operation before it is tried and once it is acknowledged (see
-bench/soak_model.py). `python -m bench.soak_child service NAME ...` runs one
-service (merge, catchup, snapshot, gc) in a loop through the same functions
-the `memwal` command calls, printing one JSON line per run. Both are killed
-with SIGKILL at random moments and restarted by bench/soak.py; storage
-options (credentials) come from the environment, never the command line.
+re-inserts of its own keys with durable writes through one `MemWalWriter`,
+logging each operation before it is tried and once it is acknowledged (see
+bench/soak_model.py). Its plan file names its keys and regions: one manual
+region it is pinned to, or the regions of a bucketed table its keys route to
+(the writer routes each put over them, in parallel). `python -m
+bench.soak_child service NAME ...` runs one service (merge, catchup,
+snapshot, gc) in a loop through the same functions the `memwal` command
+calls, printing one JSON line per run; a merger varies its commit form and
+batch budget per run, on the local or the Spark engine. Both are killed with
+SIGKILL at random moments and restarted by bench/soak.py; storage options
+(credentials) come from the environment, never the command line.
 
 Control files in `--control DIR`: `pause` asks writers to flush and wait
-(they answer with `paused-{writer}`), `stop` asks them to close and exit.
+(they answer with `paused-{writer}`), `stop` asks writers to close and exit
+and service loops to exit after the run in progress,
+`hold-two-step` asks the next local-engine merger that commits a fenced
+delete to stop there, before its upsert (it renames the file to
+`held-{name}` and waits to be killed).
 """
 
 from __future__ import annotations
@@ -21,13 +29,25 @@ import os
 import random
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
+if TYPE_CHECKING:
+    from memwal_core.services.engine import Engine
+
 OPTIONS_ENV = "SOAK_STORAGE_OPTIONS"
+HOLD_FILE = "hold-two-step"
+# Seconds a Spark-engine round waits for a region's merge lease.
+SPARK_LEASE_WAIT = 5.0
+# Regions claimed at once when a writer re-claims its regions (each claim replays its WAL).
+RECLAIM_THREADS = 8
 
 SCHEMA = pa.schema(
     [
@@ -57,11 +77,33 @@ class Writer(Protocol):
     def close(self) -> None: ...
 
 
-def open_writer(uri: str, options: dict[str, str], region: str, memtable_rows: int) -> Writer:
-    """The one place the soak opens a writer: `MemWalWriter` pinned to the process's region.
+@dataclass(frozen=True)
+class WriterPlan:
+    """What one writer process writes: its keys, the regions they live in, and whether it is pinned to one."""
 
-    Its first write claims the region (fencing any older writer) and replays
-    the WAL that a killed predecessor left.
+    keys: list[int]
+    regions: list[str]
+    pinned: bool
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps({"keys": self.keys, "regions": self.regions, "pinned": self.pinned}))
+
+    @property
+    def pin(self) -> str | None:
+        """The region the writer is pinned to (None: it routes by bucket)."""
+        return self.regions[0] if self.pinned else None
+
+    @classmethod
+    def load(cls, path: Path) -> WriterPlan:
+        data = json.loads(path.read_text())
+        return cls([int(k) for k in data["keys"]], [str(r) for r in data["regions"]], bool(data["pinned"]))
+
+
+def open_writer(uri: str, options: dict[str, str], region: str | None, memtable_rows: int) -> Writer:
+    """The one place the soak opens a writer: `MemWalWriter`, pinned to a manual region or routing by bucket.
+
+    Its first write to a region claims it (fencing any older writer) and
+    replays the WAL that a killed predecessor left.
     """
     from memwal_core.services.writer import MemWalWriter
 
@@ -70,13 +112,31 @@ def open_writer(uri: str, options: dict[str, str], region: str, memtable_rows: i
     )
 
 
-def reclaim(uri: str, options: dict[str, str], region: str, memtable_rows: int) -> None:
-    """Claim a region and close at once: the claim replays its WAL and the close flushes it."""
-    writer = open_writer(uri, options, region, memtable_rows)
-    try:
-        writer.claim()
-    finally:
-        writer.close()
+def reclaim(uri: str, options: dict[str, str], regions: Sequence[str], memtable_rows: int) -> None:
+    """Claim each existing region and close at once: the claim replays its WAL and the close flushes it.
+
+    A region with no manifest yet has no WAL to replay (and a bucketed one
+    must be created by routing, not by a claim). Regions are claimed several
+    at a time; the first failure is raised once all were tried.
+    """
+    from memwal_core.model.table import MemWalTable
+
+    with MemWalTable(uri, options or None) as table:
+        existing = set(table.read_regions())
+
+    def claim(region: str) -> None:
+        writer = open_writer(uri, options, region, memtable_rows)
+        try:
+            writer.claim()
+        finally:
+            writer.close()
+
+    mine = [r for r in regions if r in existing]
+    with ThreadPoolExecutor(max_workers=RECLAIM_THREADS) as pool:
+        errors = [f.exception() for f in [pool.submit(claim, r) for r in mine]]
+    for error in errors:
+        if error is not None:
+            raise error
 
 
 class OpLog:
@@ -90,7 +150,7 @@ class OpLog:
         self._file.flush()
 
 
-def choose(rng: random.Random, live: set[int], dead: set[int], keys: range) -> tuple[str, list[int]]:
+def choose(rng: random.Random, live: set[int], dead: set[int], keys: list[int]) -> tuple[str, list[int]]:
     """A random operation: upserts (updates and new keys), deletes of live keys, re-inserts of deleted ones."""
     roll = rng.random()
     if roll < 0.2 and live:
@@ -102,21 +162,32 @@ def choose(rng: random.Random, live: set[int], dead: set[int], keys: range) -> t
 
 def run_writer(args: argparse.Namespace) -> None:
     from bench.soak_model import base_rows, parse_log, value_of
+    from memwal_core.errors import StorageError
 
     control = Path(args.control)
     log_path = Path(args.log)
-    keys = range(args.key_start, args.key_start + args.key_count)
-    state = parse_log(log_path, args.writer, base_rows(args.key_start, args.key_count), keys)
-    live = {k for k, s in state.states.items() if s.acked is not None}
+    plan = WriterPlan.load(Path(args.plan))
+    state = parse_log(log_path, args.writer, base_rows(plan.keys), plan.keys)
+    # Sabotage (to prove the audit catches a loss): one key no real operation touches gets a fake ack.
+    victim = plan.keys[-1] if args.sabotage_at else None
+    keys = [k for k in plan.keys if k != victim]
+    live = {k for k in keys if state.states[k].acked is not None}
     dead = set(keys) - live
     seq = state.next_seq
     rng = random.Random(args.seed * 1_000_003 + seq)
     log = OpLog(log_path)
     options = storage_options()
-    writer = _claim(args, options, control)
+    writer = _claim(args, options, plan.pin, control)
     while writer is not None and not (control / "stop").exists():
         if (control / "pause").exists():
-            writer = _pause(writer, args, options, control, seq - 1)
+            writer = _pause(writer, args, options, plan, control, seq - 1)
+            continue
+        if victim is not None and seq >= args.sabotage_at and state.states[victim].acked is None:
+            # Logged as acknowledged, never written: exactly what a lost acknowledged write looks like.
+            log.line(f"A {seq} P {victim}")
+            log.line(f"K {seq}")
+            victim = None
+            seq += 1
             continue
         kind, batch = choose(rng, live, dead, keys)
         log.line(f"A {seq} {kind} {','.join(map(str, batch))}")
@@ -135,8 +206,12 @@ def run_writer(args: argparse.Namespace) -> None:
         except Exception as exc:
             log.line(f"F {seq} {type(exc).__name__}")
             print(f"writer {args.writer}: op {seq} failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
-            _close_quietly(writer)
-            writer = _claim(args, options, control)
+            if not isinstance(exc, StorageError):
+                # Fenced, or not a storage failure: this writer object is done.
+                _close_quietly(writer)
+                writer = _claim(args, options, plan.pin, control)
+            # After a storage failure (a lost response, say) `MemWalWriter` has dropped that region's
+            # native writer and re-opens (re-claims) it on the next call; its other regions go on.
         seq += 1
         if args.interval:
             time.sleep(args.interval)
@@ -145,15 +220,17 @@ def run_writer(args: argparse.Namespace) -> None:
     writer.close()
 
 
-def _claim(args: argparse.Namespace, options: dict[str, str], control: Path) -> Writer | None:
-    """Claim the region, retrying while the store fails (the proxy drops and resets connections).
+def _claim(
+    args: argparse.Namespace, options: dict[str, str], pin: str | None, control: Path
+) -> Writer | None:
+    """Open the writer, retrying while the store fails (the proxy drops and resets connections).
 
-    None if asked to stop before a claim succeeded.
+    None if asked to stop before that succeeded.
     """
     delay = 0.2
     while not (control / "stop").exists():
         try:
-            return open_writer(args.uri, options, args.region, args.memtable_rows)
+            return open_writer(args.uri, options, pin, args.memtable_rows)
         except Exception as exc:
             print(f"writer {args.writer}: claim failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
             time.sleep(delay)
@@ -169,21 +246,28 @@ def _close_quietly(writer: Writer) -> None:
 
 
 def _pause(
-    writer: Writer, args: argparse.Namespace, options: dict[str, str], control: Path, last_seq: int
+    writer: Writer,
+    args: argparse.Namespace,
+    options: dict[str, str],
+    plan: WriterPlan,
+    control: Path,
+    last_seq: int,
 ) -> Writer | None:
     """Flush every acknowledged write into a generation, report the last operation, wait for the pause to end.
 
-    `flush` covers only what this writer object holds; a write acknowledged by
-    a killed or failed predecessor is still only in the WAL until a claim
-    replays it, so a fresh claim (replay, then close) follows the flush.
+    `flush` covers only the regions this writer object holds open; a write
+    acknowledged by a killed predecessor, or in a region whose native writer
+    was dropped after a failure and not re-opened since, is still only in the
+    WAL until a claim replays it, so a fresh claim of each region (replay,
+    then close) follows the flush.
     """
     try:
         writer.flush()
-        reclaim(args.uri, options, args.region, args.memtable_rows)
+        reclaim(args.uri, options, plan.regions, args.memtable_rows)
     except Exception as exc:
         print(f"writer {args.writer}: flush failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
         _close_quietly(writer)
-        return _claim(args, options, control)  # try the flush again on the next loop
+        return _claim(args, options, plan.pin, control)  # flush again on the next loop
     marker = control / f"paused-{args.writer}"
     marker.write_text(str(last_seq))
     while (control / "pause").exists() and not (control / "stop").exists():
@@ -198,7 +282,13 @@ def run_service(args: argparse.Namespace) -> None:
 
     os.environ.setdefault("LANCE_LOG", "error")
     run = SERVICES[args.name]
-    while True:
+    if args.name == "merge":
+        args.merge_engine = merge_engine(args.engine, args.spark_master)
+        # The commit is the driver's on either engine; a killed Spark merger would reboot its JVM.
+        if args.engine != "spark":
+            hold_after_fenced_delete(Path(args.control), args.label or args.name)
+    stop = Path(args.control) / "stop"
+    while True:  # at least one run, even when asked to stop during start-up (a Spark session boots slowly)
         started = time.perf_counter()
         try:
             with MemWalTable(args.uri, storage_options()) as table:
@@ -209,18 +299,81 @@ def run_service(args: argparse.Namespace) -> None:
             record = {"ok": False, "error": f"{type(exc).__name__}: {first}"}
         record["seconds"] = round(time.perf_counter() - started, 3)
         print(json.dumps(record), flush=True)
-        time.sleep(args.interval)
+        wake = time.monotonic() + args.interval
+        while time.monotonic() < wake and not stop.exists():
+            time.sleep(0.1)
+        if stop.exists():
+            return
+
+
+def hold_after_fenced_delete(control: Path, name: str) -> None:
+    """Fault injection for the soak: stop between a two-step commit's fenced delete and its upsert.
+
+    Wraps the merge's `delete_fenced` in this process only. Once the soak
+    arms it (`control/hold-two-step`), the next fenced delete that removed
+    rows renames the file to `held-{name}` (one merger wins the rename) and
+    sleeps, its leases held, until the soak kills it with SIGKILL: the table
+    then has the delete committed and the marked upsert not.
+    """
+    from memwal_core.services.merge import commit
+
+    fenced_delete: Callable[..., int] = commit.delete_fenced
+
+    def delete_then_hold(*args: Any, **kwargs: Any) -> int:
+        deleted = fenced_delete(*args, **kwargs)
+        if deleted:
+            try:
+                os.rename(control / HOLD_FILE, control / f"held-{name}")
+            except FileNotFoundError:  # not armed, or another merger took it
+                return deleted
+            print(f"{name}: holding after a fenced delete of {deleted} rows", file=sys.stderr, flush=True)
+            while True:
+                time.sleep(1)
+        return deleted
+
+    commit.delete_fenced = delete_then_hold
 
 
 def _merge(table: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """One round with a random commit form, batch budget and generation cap, on this merger's engine."""
+    from memwal_core.services.merge.batch import MergeBudget
+    from memwal_core.services.merge.commit import COMMIT_FORMS
     from memwal_core.services.merge.service import merge
 
-    result = merge(table)
+    engine = args.merge_engine
+    rng = random.Random()
+    form = rng.choice(COMMIT_FORMS)
+    # A small row budget cuts the round into several batches (commits); None: the machine's default.
+    max_rows = rng.choice([None, None, 20, 80])
+    result = merge(
+        table,
+        engine=engine,
+        commit_form=form,
+        budget=MergeBudget.default(max_rows=max_rows),
+        max_generations=rng.choice([None, None, 1, 2]),
+        # A Spark round is rare: it waits for a region the local merger holds rather than skip it.
+        lease_wait=SPARK_LEASE_WAIT if engine.name == "spark" else 0.0,
+    )
     return {
+        "engine": engine.name,
+        "commit_form": form,
+        "max_batch_rows": max_rows,
         "merged": sum(len(r.merged_generations) for r in result.regions),
         "commits": len(result.regions),
+        "batches": len(result.batches),
+        "forms": dict(Counter(b.commit_form for b in result.batches)),
         "failures": [f.error for f in result.failures],
     }
+
+
+def merge_engine(name: str, spark_master: str) -> Engine:
+    """A merger's engine for as long as its process lives (a Spark session boots here, once, without UI)."""
+    from memwal_core.services.engine import LocalEngine, SparkEngine
+    from memwal_core.spark_session import spark_session
+
+    if name == "spark":
+        return SparkEngine(spark_session(spark_master, {"spark.ui.enabled": "false"}))
+    return LocalEngine()
 
 
 def _catchup(table: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -262,21 +415,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sub = parser.add_subparsers(dest="role", required=True)
     w = sub.add_parser("writer")
     w.add_argument("--uri", required=True)
-    w.add_argument("--region", required=True)
+    w.add_argument("--plan", required=True, help="the WriterPlan JSON file: keys and regions")
     w.add_argument("--writer", type=int, required=True)
-    w.add_argument("--key-start", type=int, required=True)
-    w.add_argument("--key-count", type=int, required=True)
     w.add_argument("--log", required=True)
     w.add_argument("--control", required=True)
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--memtable-rows", type=int, default=40)
     w.add_argument("--interval", type=float, default=0.0)
+    w.add_argument("--sabotage-at", type=int, default=0, help="fake one acknowledged put from this op on")
     s = sub.add_parser("service")
     s.add_argument("name", choices=sorted(SERVICES))
     s.add_argument("--uri", required=True)
+    s.add_argument("--control", required=True)
+    s.add_argument("--label", help="this loop's name in control files (default: the service)")
     s.add_argument("--interval", type=float, default=1.0)
     s.add_argument("--grace-seconds", type=float, default=5.0)
     s.add_argument("--retain-seconds", type=float, default=30.0)
+    s.add_argument("--engine", choices=["local", "spark"], default="local")
+    s.add_argument("--spark-master", default="local[1,2]")
     return parser.parse_args(argv)
 
 

@@ -1,9 +1,10 @@
 """The soak suite's model of acknowledged writes, rebuilt from the writers' logs.
 
-Each writer process owns one region and a disjoint key range, and writes one
-operation at a time, so the order of its log is the order of its region's
-WAL: the last acknowledged operation on a key decides the key's final
-state. An operation that was attempted but never acknowledged (it failed, or
+Each writer process owns a disjoint set of keys (one region's, or those that
+route to the regions it owns) and writes one operation at a time, so the
+order of its log is the order of each of its regions' WALs for the keys it
+writes there: the last acknowledged operation on a key decides the key's
+final state. An operation that was attempted but never acknowledged (it failed, or
 the writer was killed during it) may or may not have landed; it is allowed
 until a later acknowledged operation on the same key overrides it. A key
 whose row matches neither the last acknowledged state nor such a pending
@@ -17,16 +18,16 @@ writes the value `value_of(w, s)` to every key of the batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 BASE_VALUE = "base"
 
 
-def base_rows(key_start: int, key_count: int) -> dict[int, str]:
-    """The rows a writer's key range starts with in the base table: its first half."""
-    return {k: BASE_VALUE for k in range(key_start, key_start + key_count // 2)}
+def base_rows(keys: Sequence[int]) -> dict[int, str]:
+    """The rows a writer's keys start with in the base table: the first half of them."""
+    return {k: BASE_VALUE for k in keys[: len(keys) // 2]}
 
 
 def value_of(writer: int, seq: int) -> str:

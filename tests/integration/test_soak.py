@@ -1,8 +1,10 @@
-"""The soak suite's short mode: writers, every service, kills and network faults, nothing acknowledged lost.
+"""The soak suite: its short mode loses nothing, and its audit catches a lost acknowledged write.
 
-Runs `bench/soak.py --short` as a subprocess (it starts its own SeaweedFS and
-proxy on 127.0.0.1 and stops them by PID); its exit status is the verdict,
-and its JSON summary is checked for the numbers that prove the run did work.
+Each test runs `bench/soak.py` as a subprocess (it starts its own SeaweedFS
+and proxy on 127.0.0.1 and stops them by PID); its exit status is the
+verdict, and its JSON summary is checked for the numbers that prove the run
+did the work: kills (also inside a two-step merge commit), merges in both
+commit forms and on the Spark engine, GC, injected faults.
 """
 
 from __future__ import annotations
@@ -11,31 +13,66 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.paths import PROJECT_ROOT
 
 
-@pytest.mark.s3
-@pytest.mark.timeout(300)
-def test_short_soak_loses_nothing(tmp_path: Path) -> None:
+def run_soak(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run the soak with `args`; its process and its JSON summary (the test fails if there is none)."""
     summary_path = tmp_path / "summary.json"
     run = subprocess.run(
-        [sys.executable, str(PROJECT_ROOT / "bench" / "soak.py"), "--short", "--json", str(summary_path)],
+        [sys.executable, str(PROJECT_ROOT / "bench" / "soak.py"), *args, "--json", str(summary_path)],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
         timeout=280,
     )
-    summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
-    assert summary is not None, f"soak crashed:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
+    assert summary_path.exists(), f"soak crashed:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
+    summary: dict[str, Any] = json.loads(summary_path.read_text())
+    return run, summary
+
+
+@pytest.mark.s3
+@pytest.mark.timeout(300)
+def test_short_soak_loses_nothing(tmp_path: Path) -> None:
+    run, summary = run_soak(tmp_path, "--short")
     totals = summary["totals"]
     assert run.returncode == 0, f"soak failed:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
     assert summary["violations"] == []
     assert totals["writes_lost"] == 0
     assert totals["writes_acknowledged"] > 0 and totals["merges"] > 0
     assert totals["kills_writers"] + totals["kills_services"] > 0
+    assert totals["kills_in_two_step_commit"] > 0 and totals["checks_after_two_step_kill"] > 0
+    forms = totals["merge_batches_by_engine_and_form"]
+    assert forms.get("local/single", 0) > 0 and forms.get("local/two-step", 0) > 0, forms
+    assert totals["spark_merge_rounds"] > 0
     assert totals["gc_deleted_generations"] > 0 and totals["quiescent_checks"] > 0
     assert sum(n for k, n in summary["injected_faults"].items() if k != "connections") > 0
     assert summary["seconds"] < 180, f"the short mode took {summary['seconds']} s"
+
+
+@pytest.mark.timeout(300)
+def test_the_audit_catches_a_lost_acknowledged_write(tmp_path: Path) -> None:
+    """Writer 0 logs one put as acknowledged without writing it: the run must fail, naming that key."""
+    run, summary = run_soak(
+        tmp_path,
+        "--minutes",
+        "0.3",
+        "--skip-s3",
+        "--regions",
+        "4",
+        "--spark-every",
+        "0",
+        "--sabotage-at",
+        "5",
+    )
+    assert run.returncode == 1, f"the soak missed the lost write:\n{run.stdout[-4000:]}"
+    assert summary["totals"]["writes_lost"] == 1
+    (violation,) = summary["violations"]
+    detail = json.loads(violation["detail"])
+    assert violation["kind"] == "base_differs" and violation["region"] is not None
+    assert detail["writer"] == 0 and detail["actual"] is None
+    assert detail["expected"].startswith("w0s") and int(detail["expected"][3:]) >= 5
