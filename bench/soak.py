@@ -61,8 +61,8 @@ from memwal_core.errors import MemWalNotEnabledError, NotFoundError  # noqa: E40
 from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, generation_from_dir_name  # noqa: E402
 from memwal_core.model.region_directory import region_id_for  # noqa: E402
 from memwal_core.model.routing import RegionSpec, region_spec_of  # noqa: E402
-from memwal_core.services.merge.staged import ROWS_PER_TASK_ENV  # noqa: E402
 from memwal_core.model.table import MemWalTable  # noqa: E402
+from memwal_core.services.merge.staged import ROWS_PER_TASK_ENV  # noqa: E402
 
 KEY_STRIDE = 1_000_000
 SERVICES = ("merge", "catchup", "snapshot", "gc")
