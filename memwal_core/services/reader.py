@@ -111,7 +111,11 @@ def lsm_scanner(table: MemWalTable, plan: ReadPlan) -> LsmScanner:
 
 
 def point_lookup(table: MemWalTable, plan: ReadPlan) -> LsmPointLookupPlanner:
-    """Lance's primary-key point lookup planner over the plan."""
+    """Lance's primary-key point lookup planner over the plan.
+
+    Lance 14's planner opens generations without the table's storage options: on S3 it needs the
+    credentials and endpoint in the environment (docs/lance-issues.md).
+    """
     from lance.mem_wal import LsmPointLookupPlanner
 
     return LsmPointLookupPlanner(table.dataset(plan.table_version), region_snapshots(plan), table.primary_key)
