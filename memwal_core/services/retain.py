@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
 
+from memwal_core.arguments import Count, checked
 from memwal_core.errors import BadInputError, NotFoundError
 from memwal_core.services.result import ServiceResult
 from memwal_core.table import MemWalTable
@@ -80,11 +81,12 @@ def _snapshot_file_gone(table: MemWalTable) -> bool:
     return False
 
 
+@checked
 def retain(
     table: MemWalTable,
     *,
     older_than: timedelta,
-    keep_versions: int | None = None,
+    keep_versions: Count | None = None,
     force: bool = False,
 ) -> RetentionResult:
     """Remove untagged versions older than `older_than`, keeping at least `keep_versions` newest.
@@ -98,8 +100,6 @@ def retain(
             f"refusing to remove versions younger than {MIN_AGE} (asked: {older_than}); "
             "readers may still use them: pass --force to do it anyway"
         )
-    if keep_versions is not None and keep_versions < 1:
-        raise BadInputError(f"--keep-versions must be at least 1, not {keep_versions}")
     started = time.perf_counter()
     before = table.version_numbers()
     dataset = table.dataset()

@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from memwal_core.arguments import checked
 from memwal_core.errors import BadInputError
 from memwal_core.model.routing import region_spec_of
 from memwal_core.services.engine import Engine, LocalEngine
@@ -57,6 +58,7 @@ def _write_local(table: MemWalTable, sources: SourceFiles, options: WriterOption
     return Ingested(rows_read, rows_written, regions)
 
 
+@checked
 def ingest(
     table: MemWalTable,
     paths: Sequence[str],
