@@ -3,8 +3,9 @@
 Every source row is read and checked (types, nulls, columns) before the first
 row is written, so bad input leaves the table untouched. Writes are upserts by
 key: a rerun, or a retried Spark task, leaves the same final rows. A key that
-occurs more than once in the sources ends with its last row (files in sorted
-path order), under either engine.
+occurs more than once in the sources ends with its last row (sources in
+command-line order, a directory's or glob's files in sorted path order: the
+caller says which file wins), under either engine.
 
 An engine that runs here streams every file through one writer (no task
 needed: one writer per region is the rule anyway); a remote engine stages
