@@ -20,21 +20,11 @@ import pytest
 
 from memwal_core.demo import write_demo_table
 from memwal_core.storage.options import StorageOptions
-from tests.support.cli import timed_cli
+from tests.support.cli import every_command, timed_cli
 from tests.support.slow import SlowProxy
 
-# Each command with the arguments it requires (the table exists, with a backlog).
-COMMANDS = {
-    "status": [],
-    "merge": [],
-    "gc": [],
-    "catchup": [],
-    "snapshot": [],
-    "compact": [],
-    "retain": ["--older-than", "7d"],
-    "init": ["--primary-key", "id", "--unsharded"],
-    "demo": [],
-}
+# The table exists, with a backlog; the ingest source is a file on the same sick storage.
+COMMANDS = every_command("s3://memwal-test/slow-source.csv")
 SHORT = {"timeout": "2s", "connect_timeout": "1s", "client_retry_timeout": "5"}
 # The default limits a user gets: every command fails within about a minute.
 DEFAULT_BOUND = 60.0

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 
-from tests.support.service import LOOPBACK, InProcessListener
+from tests.support.service import LOOPBACK, InProcessListener, forward_requests
 
 _HEAD_END = b"\r\n\r\n"
 
@@ -51,11 +51,7 @@ class SlowProxy(InProcessListener):
         return [arg for key, value in options.items() for arg in ("-o", f"{key}={value}")]
 
     def _requests(self, client: socket.socket, upstream: socket.socket, asked: threading.Event) -> None:
-        with contextlib.suppress(OSError):
-            while chunk := client.recv(65536):
-                asked.set()
-                upstream.sendall(chunk)
-            upstream.shutdown(socket.SHUT_WR)
+        forward_requests(client, upstream, lambda _chunk: asked.set())
 
     def _responses(self, upstream: socket.socket, client: socket.socket, asked: threading.Event) -> None:
         with contextlib.suppress(OSError):
