@@ -8,7 +8,11 @@ environment variable that holds its storage options.
 Every key is typed and checked when the list loads (a strict pydantic model:
 `"5"` is no count and `2.5` no integer; only `name`, `uri` and
 `retain_older_than` read a number as text; unknown keys are refused), with the
-services' own checks for budgets, grace periods and durations, so a bad list
+same range checks as the `memwal` command's options of the same meaning (a NaN,
+a zero count or interval, a negative threshold are refused), the services' own
+checks for durations, and the table URI read as the command reads it (`file:`
+URIs become paths; another scheme than `s3://`, or credentials in the URI,
+are refused without echoing them), so a bad list
 fails the code location's load, not the first scheduled run. A refusal is one
 line naming the file, the table and the key.
 
