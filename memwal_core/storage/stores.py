@@ -50,8 +50,13 @@ def normalize_uri(uri: str) -> str:
     if parts.scheme == "s3":
         if not parts.netloc:
             raise BadInputError(f"the URI {uri} names no bucket (use s3://BUCKET/PREFIX)")
-        return f"s3://{parts.netloc}{parts.path}".rstrip("/")
+        return f"s3://{rest.lstrip('/')}".rstrip("/")  # as written: `?` and `*` are a source glob's
     if parts.scheme == "file":
+        if parts.query or parts.fragment:
+            raise BadInputError(
+                f"the URI file://{parts.netloc}{parts.path} has a query or fragment "
+                "(a `?` or `#` in a file name is written %3F or %23)"
+            )
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
             raise BadInputError(f"the URI {uri} is no local file URI (use file:/PATH or file:///PATH)")
         return unquote(parts.path).rstrip("/") or "/"
