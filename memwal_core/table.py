@@ -102,9 +102,10 @@ class MemWalTable:
             raise self._classify_open_error(exc, version) from exc
 
     def _classify_open_error(self, exc: Exception, version: int | None) -> Exception:
-        if self.store.exists("") and not self.store.is_dir(""):  # a regular file, /dev/null
-            return NotLanceTableError(f"{self.uri} is not a Lance table (a file, not a directory)")
         failure = open_failure(exc)
+        reached = failure in (OpenFailure.NOT_FOUND, OpenFailure.UNREADABLE)
+        if reached and self.store.exists("") and not self.store.is_dir(""):  # a regular file, /dev/null
+            return NotLanceTableError(f"{self.uri} is not a Lance table (a file, not a directory)")
         if failure is OpenFailure.NOT_FOUND:
             if version is not None and self.store.is_dir(TABLE_VERSIONS_DIR):
                 return NotFoundError(f"table {self.uri} has no version {version}")
