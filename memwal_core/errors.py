@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 
 # user:password@ in any URL, and credential-like query parameters or key=value pairs.
-_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+# (A secret may hold `/`: `KEY:SE/CRET@` is user info too.)
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?:[^/@\s]+|[^/@\s:]+:[^@\s]+)@")
 _SECRET_PARAMS = re.compile(
     r"(?P<name>(?:X-Amz-(?:Signature|Credential|Security-Token)|sig|signature|token|password|secret"
     r"|aws_secret_access_key|aws_session_token|secret_access_key|session_token)[\"']?\s*[=:]\s*[\"']?)"

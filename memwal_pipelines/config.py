@@ -8,7 +8,11 @@ environment variable that holds its storage options.
 Every key is typed and checked when the list loads (a strict pydantic model:
 `"5"` is no count and `2.5` no integer; only `name`, `uri` and
 `retain_older_than` read a number as text; unknown keys are refused), with the
-services' own checks for budgets, grace periods and durations, so a bad list
+same range checks as the `memwal` command's options of the same meaning (a NaN,
+a zero count or interval, a negative threshold are refused), the services' own
+checks for durations, and the table URI read as the command reads it (`file:`
+URIs become paths; another scheme than `s3://`, or credentials in the URI,
+are refused without echoing them), so a bad list
 fails the code location's load, not the first scheduled run. A refusal is one
 line naming the file, the table and the key.
 
@@ -52,15 +56,17 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import AfterValidator, ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, ConfigDict, ValidationError, ValidationInfo, field_validator
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
+from memwal_core.arguments import Range
 from memwal_core.errors import BadInputError
 from memwal_core.services.compact import DEFAULT_TARGET_ROWS
-from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS, GcPolicy
+from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS, MAX_GRACE_SECONDS, GcPolicy
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.retain import MIN_AGE, parse_duration
+from memwal_core.storage.stores import normalize_uri, refuse_credentials
 
 DEFAULT_TABLE_URI = "demo/table"
 TABLES_ENV = "MEMWAL_TABLES"
@@ -73,15 +79,20 @@ def _invalid(message: str) -> PydanticCustomError:
     return PydanticCustomError("memwal", message)
 
 
-def at_least(minimum: int) -> Callable[[int], int]:
-    """A check that a count is `minimum` or more."""
+def _ranged(allowed: Range, *, whole_number: bool = True) -> AfterValidator:
+    """The range check the CLI's options and the library's arguments use, as a key's check."""
 
-    def check(count: int) -> int:
-        if count < minimum:
-            raise _invalid(f"must be at least {minimum}, not {count}")
-        return count
+    def check(value: T, info: ValidationInfo) -> T:
+        _service_check(lambda: allowed.check(str(info.field_name), value, whole_number))
+        return value
 
-    return check
+    return AfterValidator(check)
+
+
+# Each as the CLI option of the same meaning takes it (`--max-generations`, `--grace-seconds`, ...).
+Count = Annotated[int, _ranged(Range(1))]
+Threshold = Annotated[int, _ranged(Range(0))]
+Seconds = Annotated[float, _ranged(Range(0, math.inf), whole_number=False)]
 
 
 # Strict: a YAML value of the wrong type is refused, never converted (`"5"` is no interval).
@@ -94,26 +105,28 @@ class TableConfig:
     storage_options_env: str | None = None
     merge_engine: Literal["local", "spark"] = "local"
     spark_master: str | None = None
-    max_generations_per_merge: int | None = None
+    max_generations_per_merge: Count | None = None
     # What one merge commit may collapse (None: a share of the machine's memory, see docs/merge.md).
-    max_batch_rows: int | None = None
-    max_batch_bytes: int | None = None
-    max_backlog_generations: int = 16
-    max_pending_age_seconds: float = 900.0
-    max_index_lag: int = 4
+    max_batch_rows: Count | None = None
+    max_batch_bytes: Count | None = None
+    max_backlog_generations: Threshold = 16
+    max_pending_age_seconds: Seconds = 900.0
+    max_index_lag: Threshold = 4
     snapshot_cron: str = "*/15 * * * *"
-    sensor_interval_seconds: int = 5
-    status_interval_seconds: float = 60.0
+    sensor_interval_seconds: Count = 5
+    status_interval_seconds: Seconds = 60.0
     gc_cron: str = "45 * * * *"
-    gc_grace_seconds: float = DEFAULT_GRACE_SECONDS
-    max_gc_backlog_generations: int = 256
+    gc_grace_seconds: Annotated[float, _ranged(Range(0, MAX_GRACE_SECONDS), whole_number=False)] = (
+        DEFAULT_GRACE_SECONDS
+    )
+    max_gc_backlog_generations: Threshold = 256
     compaction_cron: str = "15 */6 * * *"
-    compaction_fragment_threshold: Annotated[int, AfterValidator(at_least(2))] = 64
-    compaction_target_rows: int = DEFAULT_TARGET_ROWS
-    compaction_max_tasks: Annotated[int, AfterValidator(at_least(1))] = 8
+    compaction_fragment_threshold: Annotated[int, _ranged(Range(2))] = 64
+    compaction_target_rows: Count = DEFAULT_TARGET_ROWS
+    compaction_max_tasks: Count = 8
     retention_cron: str = "30 3 * * *"
     retain_older_than: str = "7d"
-    retain_keep_versions: int | None = None
+    retain_keep_versions: Count | None = None
 
     @field_validator("name", "uri", "retain_older_than", mode="before")
     @classmethod
@@ -128,38 +141,26 @@ class TableConfig:
             raise _invalid(f"{name!r} must be letters, digits and underscores, starting with a letter")
         return name
 
+    @field_validator("uri")
+    @classmethod
+    def _uri(cls, uri: str) -> str:
+        """A scheme memwal reads, no credentials in it (they would show in every Dagster view)."""
+        return _service_check(lambda: normalize_uri(uri))
+
+    @field_validator("spark_master")
+    @classmethod
+    def _spark_master(cls, master: str | None) -> str | None:
+        if master is not None:
+            _service_check(lambda: refuse_credentials(master, "configure Spark's authentication instead"))
+        return master
+
     # The services' own checks, run when the list loads rather than at the first scheduled run.
-    @field_validator("max_batch_rows")
-    @classmethod
-    def _batch_rows(cls, rows: int | None) -> int | None:
-        _service_check(lambda: MergeBudget.default(max_rows=rows))
-        return rows
-
-    @field_validator("max_batch_bytes")
-    @classmethod
-    def _batch_bytes(cls, size: int | None) -> int | None:
-        _service_check(lambda: MergeBudget.default(max_bytes=size))
-        return size
-
-    @field_validator("gc_grace_seconds")
-    @classmethod
-    def _grace(cls, seconds: float) -> float:
-        _service_check(lambda: GcPolicy(grace_seconds=seconds))
-        return seconds
-
     @field_validator("retain_older_than")
     @classmethod
     def _retention(cls, text: str) -> str:
         if _service_check(lambda: parse_duration(text)) < MIN_AGE:
             raise _invalid(f"must be at least {MIN_AGE}, not {text}")
         return text
-
-    @field_validator("status_interval_seconds")
-    @classmethod
-    def _status_interval(cls, seconds: float) -> float:
-        if not 0 <= seconds < math.inf:
-            raise _invalid("must be a number >= 0")
-        return seconds
 
     def gc_policy(self) -> GcPolicy:
         return GcPolicy(grace_seconds=self.gc_grace_seconds)
@@ -238,4 +239,5 @@ def _first_error(exc: ValidationError) -> str:
         return f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
     if error["type"] == "missing":
         return f"{key}: missing (every table needs a name and a uri)"
-    return f"{key}: {error['msg']}"
+    # A range check names its key itself, as the library's argument checks do.
+    return error["msg"] if error["msg"].startswith(f"{key} ") else f"{key}: {error['msg']}"

@@ -8,10 +8,12 @@ exactly one JSON object on stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from importlib.metadata import version
 
@@ -19,7 +21,7 @@ from memwal_core.cli.options import count, number
 from memwal_core.cli.progress import RegionProgress
 from memwal_core.cli.render import render
 from memwal_core.demo import write_demo_table
-from memwal_core.errors import BadInputError, MemwalError, first_line
+from memwal_core.errors import BadInputError, MemwalError, first_line, redact
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.catchup import catchup
 from memwal_core.services.compact import (
@@ -29,14 +31,14 @@ from memwal_core.services.compact import (
     compact,
 )
 from memwal_core.services.engine import ENGINES, engine_named
-from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS, GcPolicy
+from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS, MAX_GRACE_SECONDS, GcPolicy
 from memwal_core.services.gc.service import gc
 from memwal_core.services.ingest.service import ingest
 from memwal_core.services.initialize import RegionSpecChoice, initialize
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.merge.commit import AUTO, COMMIT_FORMS
 from memwal_core.services.merge.service import merge
-from memwal_core.services.result import Failure, ServiceResult
+from memwal_core.services.result import FLOAT_DIGITS, Failure, ServiceResult, to_jsonable
 from memwal_core.services.retain import parse_duration, retain
 from memwal_core.services.snapshot.plan import DEFAULT_INLINE_THRESHOLD
 from memwal_core.services.snapshot.service import build_snapshot
@@ -48,8 +50,6 @@ log = logging.getLogger("memwal")
 
 # Commands that work on a table before it has MemWAL (every other one refuses such a table first).
 WITHOUT_MEMWAL = ("init", "demo")
-# A grace period longer than ten years is a typo, not a policy.
-MAX_GRACE_SECONDS = 10 * 365 * 86400.0
 
 # A command returns its result and its exit status; `main` prints the result as JSON or text.
 Outcome = tuple[ServiceResult, int]
@@ -326,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("retain", parents=[common], help="remove old base-table versions (never tagged ones)")
     p.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 90m, 12h, 7d")
-    p.add_argument("--keep-versions", type=count(0), metavar="N", help="always keep the N newest versions")
+    p.add_argument("--keep-versions", type=count(), metavar="N", help="always keep the N newest versions")
     p.add_argument("--force", action="store_true", help="allow an age under one hour")
     p.set_defaults(run=_cmd_retain)
 
@@ -344,6 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # usage errors (2), --help and --version (0): argparse printed them
         return int(exc.code or 0)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    started = time.perf_counter()
     try:
         options = StorageOptions.parse(args.storage_option)
         with MemWalTable(args.table, options) as table:
@@ -353,15 +354,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             result, code = args.run(args, table)
     except MemwalError as exc:
         print(f"memwal {args.command}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _failed(args, Failure.of(exc), started)
     except KeyboardInterrupt:
         print(f"memwal {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug or an unclassified failure: still one line, exit 1
         first = first_line(exc)
         print(f"memwal {args.command}: failed: {type(exc).__name__}: {first}", file=sys.stderr)
-        return 1
+        return _failed(args, Failure(None, f"{type(exc).__name__}: {first}"), started)
     return _report(args, result, code)
+
+
+def _failed(args: argparse.Namespace, failure: Failure, started: float) -> int:
+    """The run failed as a whole: with --json, still one object, the failure under `failures` (region null)."""
+    if args.json or args.json_first:
+        result = {
+            "table": redact(args.table),
+            "read_version": None,
+            "new_version": None,
+            "dry_run": bool(getattr(args, "dry_run", False)),
+            "failures": [to_jsonable(failure)],
+            "seconds": round(time.perf_counter() - started, FLOAT_DIGITS),
+        }
+        with contextlib.suppress(OSError):
+            print(json.dumps(result))
+    return failure.exit_code
 
 
 def _report(args: argparse.Namespace, result: ServiceResult, code: int) -> int:

@@ -2,16 +2,18 @@
 
 argparse turns the ArgumentTypeError into one line on stderr and exit status 2,
 naming the flag, so a NaN grace period or a zero MemTable size never reaches a
-service (a NaN compares false with everything and would bypass a policy).
+service (a NaN compares false with everything and would bypass a policy). The
+range checks are the library's own (`memwal_core.arguments`), which the
+Dagster table list uses too.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
 
-from memwal_core.services.writer import INT64_MAX
+from memwal_core.arguments import INT64_MAX, finite, whole
+from memwal_core.errors import BadInputError
 
 
 def count(minimum: int = 1, maximum: int = INT64_MAX) -> Callable[[str], int]:
@@ -19,12 +21,11 @@ def count(minimum: int = 1, maximum: int = INT64_MAX) -> Callable[[str], int]:
 
     def parse(text: str) -> int:
         try:
-            value = int(text.strip())
+            return whole(repr(text), int(text.strip()), minimum, maximum)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not minimum <= value <= maximum:
-            raise argparse.ArgumentTypeError(f"{text!r} is not from {minimum} to {maximum}")
-        return value
+        except BadInputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse
 
@@ -34,13 +35,10 @@ def number(minimum: float, maximum: float) -> Callable[[str], float]:
 
     def parse(text: str) -> float:
         try:
-            value = float(text.strip())
+            return finite(repr(text), float(text.strip()), minimum, maximum)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not math.isfinite(value) or not minimum <= value <= maximum:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a finite number from {minimum:g} to {maximum:g}"
-            )
-        return value
+        except BadInputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse

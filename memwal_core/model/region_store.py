@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Callable
 
 from memwal_core.errors import CorruptMetadataError, NotFoundError, StorageError
@@ -18,12 +19,15 @@ from memwal_core.format.naming import (
     MEM_WAL_DIR,
     REGION_MANIFEST_DIR,
     REGION_MANIFEST_SUFFIX,
+    U64_MAX,
     VERSION_HINT_FILE,
     parse_bitrev64,
     region_manifest_name,
 )
 from memwal_core.format.regions import RegionManifest
 from memwal_core.storage.object_store import ObjectStore
+
+log = logging.getLogger(__name__)
 
 FIRST_PROBE_BATCH = 4
 MAX_PROBE_BATCH = 64
@@ -92,7 +96,15 @@ class RegionManifestStore:
             version = json.loads(raw)["version"]
         except (NotFoundError, ValueError, KeyError, TypeError):
             return None
-        return version if isinstance(version, int) and version >= 1 else None
+        if not isinstance(version, int) or not 1 <= version < U64_MAX:
+            # Probing past it would name no file: read the region as if it had no hint.
+            log.warning(
+                "%s names version %r, not a manifest version; ignored",
+                self.store.describe(f"{self.dir}/{VERSION_HINT_FILE}"),
+                version,
+            )
+            return None
+        return version
 
     def _probe_from(self, version: int) -> int:
         """The last version of the unbroken run that starts after `version`."""

@@ -8,7 +8,7 @@ column at fault.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -26,17 +26,22 @@ def iter_tables(data: Any) -> Iterator[pa.Table]:
         for batch in data:
             yield pa.Table.from_batches([batch])
     elif isinstance(data, Mapping):
-        yield pa.table(dict(data))
+        yield _converted(data, lambda: pa.table(dict(data)))
     elif isinstance(data, list) and all(isinstance(row, Mapping) for row in data):
-        yield pa.Table.from_pylist(data)
-    else:
-        try:  # pandas and polars DataFrames, anything exporting the Arrow C stream
-            table = pa.table(data)
-        except (TypeError, ValueError, pa.ArrowInvalid) as exc:
-            raise SchemaError(
-                f"cannot write {type(data).__name__}: pass an Arrow table, batch, reader, DataFrame or dict"
-            ) from exc
-        yield table
+        yield _converted(data, lambda: pa.Table.from_pylist(data))
+    else:  # pandas and polars DataFrames, anything exporting the Arrow C stream
+        yield _converted(data, lambda: pa.table(data))
+
+
+def _converted(data: Any, convert: Callable[[], pa.Table]) -> pa.Table:
+    """Arrow's conversion of caller data; what it refuses (columns of unequal length, mixed types) is theirs."""
+    try:
+        return convert()
+    except (TypeError, ValueError, KeyError, pa.ArrowException) as exc:
+        raise SchemaError(
+            f"cannot write {type(data).__name__} as rows ({first_line(exc)}): pass an Arrow table, batch, "
+            "reader, DataFrame, a dict of equally long columns or a list of dicts"
+        ) from None
 
 
 def _cast(column: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from memwal_core.arguments import checked
 from memwal_core.errors import (
     CorruptMetadataError,
     MemWalNotEnabledError,
@@ -34,7 +35,7 @@ from memwal_core.lance_errors import OpenFailure, named_manifest, open_failure
 from memwal_core.model.region_store import RegionManifestStore
 from memwal_core.storage.object_store import ObjectStore
 from memwal_core.storage.options import StorageOptions
-from memwal_core.storage.stores import open_store
+from memwal_core.storage.stores import normalize_uri, open_store
 
 if TYPE_CHECKING:
     import lance
@@ -65,8 +66,11 @@ def _is_region_id(name: str) -> bool:
 class MemWalTable:
     """A Lance table with MemWAL, at its latest version unless one is given."""
 
-    def __init__(self, uri: str, storage_options: StorageOptions | Mapping[str, str] | None = None) -> None:
-        self.uri = uri.rstrip("/")
+    @checked
+    def __init__(
+        self, uri: str, storage_options: StorageOptions | Mapping[str, object] | None = None
+    ) -> None:
+        self.uri = normalize_uri(uri)
         self.storage_options = (
             storage_options
             if isinstance(storage_options, StorageOptions)
@@ -75,7 +79,9 @@ class MemWalTable:
         self.store: ObjectStore = open_store(self.uri, self.storage_options)
 
     @classmethod
-    def open(cls, uri: str, storage_options: StorageOptions | Mapping[str, str] | None = None) -> MemWalTable:
+    def open(
+        cls, uri: str, storage_options: StorageOptions | Mapping[str, object] | None = None
+    ) -> MemWalTable:
         """Open a table and check that it is a Lance table with MemWAL enabled."""
         table = cls(uri, storage_options)
         table.store.check_reachable()
@@ -97,6 +103,9 @@ class MemWalTable:
 
     def _classify_open_error(self, exc: Exception, version: int | None) -> Exception:
         failure = open_failure(exc)
+        reached = failure in (OpenFailure.NOT_FOUND, OpenFailure.UNREADABLE)
+        if reached and self.store.exists("") and not self.store.is_dir(""):  # a regular file, /dev/null
+            return NotLanceTableError(f"{self.uri} is not a Lance table (a file, not a directory)")
         if failure is OpenFailure.NOT_FOUND:
             if version is not None and self.store.is_dir(TABLE_VERSIONS_DIR):
                 return NotFoundError(f"table {self.uri} has no version {version}")

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from memwal_core.arguments import checked
 from memwal_core.errors import CatchupError, NotFoundError
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.model.indexes import read_maintained
@@ -165,6 +166,7 @@ def _caught_up(details: IndexDetails, index: str, merged: dict[str, int]) -> boo
     return all(caught_up.get(region, 0) >= generation for region, generation in merged.items())
 
 
+@checked
 def catchup(
     table: MemWalTable,
     *,

@@ -28,8 +28,9 @@ import pickle
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
+from memwal_core.arguments import Count, Range, Seconds, checked
 from memwal_core.errors import BadInputError
 from memwal_core.model.details_lease import details_lease
 from memwal_core.model.indexes import read_maintained
@@ -131,15 +132,16 @@ def _rewrite_task(uri: str, version: int, storage_options: Mapping[str, str]) ->
     return run
 
 
+@checked
 def compact(
     table: MemWalTable,
     *,
     engine: Engine | None = None,
-    target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
-    deletion_threshold: float = DEFAULT_DELETION_THRESHOLD,
-    max_tasks: int = DEFAULT_MAX_TASKS,
+    target_rows_per_fragment: Count = DEFAULT_TARGET_ROWS,
+    deletion_threshold: Annotated[float, Range(0, 1)] = DEFAULT_DELETION_THRESHOLD,
+    max_tasks: Count = DEFAULT_MAX_TASKS,
     dry_run: bool = False,
-    lease_wait: float | None = None,
+    lease_wait: Seconds | None = None,
 ) -> CompactionResult:
     """Compact the base table's fragments, holding the index-details lease so merges wait, not lose.
 

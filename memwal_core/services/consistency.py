@@ -4,7 +4,7 @@ A second opinion on the LSM view before anything is deleted: the expected
 rows are computed independently of Lance's LSM readers (base-table keys, then
 each region's pending generations collapsed by the local merge engine, newest
 wins, tombstones delete), and compared with Lance's LSM scanner on the row
-count and with its point lookup on a sample of keys (pending upserts,
+count and with its rows for a sample of keys (pending upserts,
 pending deletes and untouched base rows). Reads only key columns of the base
 table in full; everything else is sampled.
 """
@@ -20,11 +20,11 @@ from typing import Any, ClassVar
 import pandas as pd
 import pyarrow as pa
 
-from memwal_core.errors import MemwalError, first_line
+from memwal_core.errors import CorruptMetadataError, MemwalError, first_line
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.merge.collapse import collapse_local
 from memwal_core.services.merge.plan import GenerationSource
-from memwal_core.services.reader import ReadPlan, plan_read, point_lookup
+from memwal_core.services.reader import ReadPlan, plan_read
 from memwal_core.services.reader import lsm_scanner as build_scanner
 from memwal_core.services.result import ServiceResult
 
@@ -125,12 +125,9 @@ def _compare(
         for row in base.take(positions).to_pylist():
             key = tuple(row[k] for k in primary_key)
             probes.append((key, upserts.get(key) if key in upserts else None if key in deletes else row))
-    lookup = point_lookup(table, plan)
+    found = _lookup(table, plan, schema.names, [key for key, _expected in probes])
     for key, expected in probes:
-        found = lookup.plan_lookup(_key_array(key, primary_key, schema)).to_table().to_pylist()
-        actual = found[0] if found else None
-        if actual is not None:
-            actual = {name: actual[name] for name in schema.names}
+        actual = found.get(key)
         if actual != expected:
             mismatches.append(f"key {key}: LSM lookup gives {actual}, expected {expected}")
     return ConsistencyResult(
@@ -144,11 +141,42 @@ def _compare(
     )
 
 
-def _key_array(key: Key, primary_key: list[str], schema: pa.Schema) -> pa.Array:
-    """The one-row lookup argument Lance wants: a plain array, or a struct array for a composite key."""
-    if len(primary_key) == 1:
-        return pa.array([key[0]], schema.field(primary_key[0]).type)
-    return pa.StructArray.from_arrays(
-        [pa.array([v], schema.field(k).type) for k, v in zip(primary_key, key, strict=True)],
-        names=primary_key,
+def _lookup(
+    table: MemWalTable, plan: ReadPlan, names: list[str], keys: list[Key]
+) -> dict[Key, dict[str, Any]]:
+    """Lance's LSM read of `keys`: one scan filtered to them, newest row per key.
+
+    Not Lance's `LsmPointLookupPlanner`: Lance 14 opens the generation datasets
+    of a point lookup without the table's storage options, so on S3 with
+    credentials given as options every lookup failed (docs/lance-issues.md).
+    The scan opens them with the options, and answers every probe in one pass.
+    """
+    if not keys:
+        return {}
+    primary_key = list(table.primary_key)
+    condition = " OR ".join(
+        "(" + " AND ".join(_condition(_column(k), v) for k, v in zip(primary_key, key, strict=True)) + ")"
+        for key in keys
     )
+    rows = build_scanner(table, plan).project(names).filter(condition).to_table().to_pylist()
+    return {tuple(row[k] for k in primary_key): {name: row[name] for name in names} for row in rows}
+
+
+def _column(name: str) -> str:
+    """A column name as Lance's SQL filter reads it, spaces and capitals included."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _condition(column: str, value: Any) -> str:
+    """`column` equals `value`, for the key types Lance hashes: integers, booleans, strings, binary."""
+    if value is None:
+        return f"{column} IS NULL"
+    if isinstance(value, bool):
+        return f"{column} = {str(value).lower()}"
+    if isinstance(value, int):
+        return f"{column} = {value}"
+    if isinstance(value, str):
+        return f"{column} = '" + value.replace("'", "''") + "'"
+    if isinstance(value, bytes):
+        return f"{column} = X'{value.hex()}'"
+    raise CorruptMetadataError(f"primary key value of type {type(value).__name__} cannot be looked up")

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
+from memwal_core.arguments import Count, checked
 from memwal_core.errors import BadInputError, EngineJobError, MemwalError, first_line
 
 if TYPE_CHECKING:
@@ -54,9 +55,8 @@ class LocalEngine(Engine):
     name = "local"
     remote = False
 
-    def __init__(self, threads: int | None = None) -> None:
-        if threads is not None and threads < 1:
-            raise BadInputError(f"a local engine needs at least 1 thread, not {threads}")
+    @checked
+    def __init__(self, threads: Count | None = None) -> None:
         self.threads = threads or DEFAULT_THREADS
 
     def parallelism(self) -> int:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import pyarrow as pa
 
+from memwal_core.arguments import Range, check_fields, checked
 from memwal_core.errors import BadInputError, MemwalError, MemWalNotEnabledError, SchemaError
 from memwal_core.model.table import PK_META, PK_POSITION_META, MemWalTable, primary_key_of
 from memwal_core.services.index_list import update_maintained_list
@@ -43,9 +44,12 @@ class RegionSpecChoice:
     """How writes are routed to regions: at most one of the three modes, or manual."""
 
     bucket_column: str | None = None
-    num_buckets: int | None = None
+    num_buckets: Annotated[int, Range(1, 2**31 - 1)] | None = None
     identity_column: str | None = None
     unsharded: bool = False
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     def validate(self) -> None:
         modes = sum([self.bucket_column is not None, self.identity_column is not None, self.unsharded])
@@ -71,6 +75,7 @@ class InitResult(ServiceResult):
     maintained_indexes: list[str]
 
 
+@checked
 def initialize(table: MemWalTable, primary_key: list[str], spec: RegionSpecChoice) -> InitResult:
     """Mark `primary_key` on the schema if needed, then initialise MemWAL."""
     started = time.perf_counter()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from memwal_core.arguments import checked
 from memwal_core.errors import CorruptMetadataError, NotFoundError
 from memwal_core.model.indexes import read_maintained
 from memwal_core.model.table import MemWalTable
@@ -47,6 +48,7 @@ class ReadPlan:
     regions: tuple[RegionRead, ...]
 
 
+@checked
 def plan_read(table: MemWalTable, *, index: str | None = None, from_snapshot: bool = False) -> ReadPlan:
     """Which generations of which regions a read must add to the base table at its latest version."""
     details = table.index_details(table.dataset().version)
@@ -103,6 +105,7 @@ def region_snapshots(plan: ReadPlan) -> list[ShardSnapshot]:
     return snapshots
 
 
+@checked
 def lsm_scanner(table: MemWalTable, plan: ReadPlan) -> LsmScanner:
     """Lance's LSM scanner over the plan: newest row per primary key across base and generations."""
     from lance.mem_wal import LsmScanner
@@ -110,8 +113,13 @@ def lsm_scanner(table: MemWalTable, plan: ReadPlan) -> LsmScanner:
     return LsmScanner.from_snapshots(table.dataset(plan.table_version), region_snapshots(plan))
 
 
+@checked
 def point_lookup(table: MemWalTable, plan: ReadPlan) -> LsmPointLookupPlanner:
-    """Lance's primary-key point lookup planner over the plan."""
+    """Lance's primary-key point lookup planner over the plan.
+
+    Lance 14's planner opens generations without the table's storage options: on S3 it needs the
+    credentials and endpoint in the environment (docs/lance-issues.md).
+    """
     from lance.mem_wal import LsmPointLookupPlanner
 
     return LsmPointLookupPlanner(table.dataset(plan.table_version), region_snapshots(plan), table.primary_key)

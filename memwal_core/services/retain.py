@@ -17,14 +17,20 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any, ClassVar
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from memwal_core.errors import BadInputError, NotFoundError
+from memwal_core.arguments import Count, checked
+from memwal_core.errors import BadInputError, NotFoundError, StorageError
+from memwal_core.format.naming import LEASE_DIR
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.result import ServiceResult
+
+if TYPE_CHECKING:
+    from lance import LanceDataset
 
 MIN_AGE = timedelta(hours=1)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -66,6 +72,40 @@ class RetentionResult(ServiceResult):
         return {"versions_removed": len(self.removed)}
 
 
+def _due_versions(
+    dataset: LanceDataset, older_than: timedelta, keep_versions: int | None, tagged: set[int]
+) -> set[int]:
+    """The versions Lance's cleanup must remove: older than the cutoff (taken before it runs, so
+    never later than Lance's own), untagged, neither the latest nor among the `keep_versions` newest.
+    """
+    listed = sorted((int(v["version"]), cast(datetime, v["timestamp"])) for v in dataset.versions())
+    newest = {version for version, _ in listed[-(keep_versions or 1) :]}
+    return {
+        version
+        for version, stamp in listed
+        if stamp < datetime.now(stamp.tzinfo) - older_than and version not in tagged | newest
+    }
+
+
+def _check_writable(table: MemWalTable, left: list[int]) -> None:
+    """Refuse a cleanup that left versions it had to remove because the storage refused the deletes.
+
+    Lance 14 ignores a refused delete: on a read-only table it removed nothing and
+    reported success (docs/lance-issues.md). A write and delete of memwal's own
+    raise instead; when they pass, Lance kept the versions for reasons of its own.
+    """
+    probe = f"{LEASE_DIR}/.retain-probe.{uuid.uuid4().hex}.tmp"
+    try:
+        table.store.write(probe, b"")
+        table.store.delete(probe)
+    except StorageError as exc:
+        shown = ", ".join(map(str, left[:5])) + (", ..." if len(left) > 5 else "")
+        raise StorageError(
+            f"table {table.uri}: version(s) {shown} were due for removal but remain: "
+            f"the storage refuses changes ({exc})"
+        ) from exc
+
+
 def _snapshot_file_gone(table: MemWalTable) -> bool:
     """Whether the latest details name a region snapshot stored in a file that can no longer be read."""
     from memwal_core.services.snapshot.stored import read_stored_snapshot
@@ -80,11 +120,12 @@ def _snapshot_file_gone(table: MemWalTable) -> bool:
     return False
 
 
+@checked
 def retain(
     table: MemWalTable,
     *,
     older_than: timedelta,
-    keep_versions: int | None = None,
+    keep_versions: Count | None = None,
     force: bool = False,
 ) -> RetentionResult:
     """Remove untagged versions older than `older_than`, keeping at least `keep_versions` newest.
@@ -98,16 +139,17 @@ def retain(
             f"refusing to remove versions younger than {MIN_AGE} (asked: {older_than}); "
             "readers may still use them: pass --force to do it anyway"
         )
-    if keep_versions is not None and keep_versions < 1:
-        raise BadInputError(f"--keep-versions must be at least 1, not {keep_versions}")
     started = time.perf_counter()
     before = table.version_numbers()
     dataset = table.dataset()
     tagged = sorted({int(t["version"]) for t in dataset.tags.list().values()})
+    due = _due_versions(dataset, older_than, keep_versions, set(tagged))
     stats = dataset.cleanup_old_versions(
         older_than=older_than, retain_versions=keep_versions, error_if_tagged_old_versions=False
     )
     after = table.version_numbers()
+    if due & set(after):
+        _check_writable(table, sorted(due & set(after)))
     rebuilt = _snapshot_file_gone(table)
     snapshot_version = None
     if rebuilt:

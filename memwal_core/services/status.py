@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from memwal_core.arguments import checked
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.table import MemWalTable
@@ -49,6 +50,7 @@ class TableStatus(ServiceResult):
         return {"pending_generations_total": self.pending_total}
 
 
+@checked
 def status(table: MemWalTable) -> TableStatus:
     """Read the status of every region (region manifests are read in parallel)."""
     started = time.perf_counter()

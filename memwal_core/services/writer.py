@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
+from memwal_core.arguments import build, checked, region_id
 from memwal_core.errors import (
     BadInputError,
     FencedError,
@@ -178,6 +179,7 @@ class _RegionCounters:
 class MemWalWriter:
     """Streams puts and deletes into a MemWAL table's regions; use it as a context manager."""
 
+    @checked
     def __init__(
         self,
         uri: str,
@@ -192,7 +194,7 @@ class MemWalWriter:
         Extra keyword arguments are `WriterOptions` fields (`durable_write=False`, ...).
         """
         self.table = MemWalTable.open(uri, storage_options)
-        self.options = options or WriterOptions(**native)
+        self.options = options or build(WriterOptions, native)
         self._dataset = self.table.latest
         self.schema: pa.Schema = self.table.schema
         self.primary_key = self.table.primary_key
@@ -410,7 +412,7 @@ class MemWalWriter:
         region = region or self._pinned
         if region is None:
             raise BadInputError("claim needs a region: this writer is not pinned to one")
-        self._writer(region)
+        self._writer(region_id("claim() argument region", region))
         return region
 
     def flush(self) -> None:

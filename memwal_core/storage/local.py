@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,8 @@ from memwal_core.errors import AlreadyExistsError, NotFoundError, StorageError
 from memwal_core.storage.object_store import ObjectInfo, ObjectStore
 
 T = TypeVar("T")
+# The temp file `_stage` writes before renaming or linking it into place.
+_TEMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
 
 
 class LocalStore(ObjectStore):
@@ -40,11 +43,18 @@ class LocalStore(ObjectStore):
         return self._io("get", path, self._path(path).read_bytes)
 
     def _stage(self, path: str, data: bytes) -> tuple[Path, Path]:
-        """Write `data` to a private temp file beside `path`; return (temp, target)."""
+        """Write `data` to a private temp file beside `path`; return (temp, target).
+
+        A failed write (a full disk) removes its temp file: nothing else would.
+        """
         target = self._path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_bytes(data)
+        try:
+            tmp.write_bytes(data)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
         return tmp, target
 
     def write(self, path: str, data: bytes) -> None:
@@ -110,6 +120,23 @@ class LocalStore(ObjectStore):
             return self._io("list", path, call)
         except NotFoundError:
             return []
+
+    def temporary_files(self, path: str) -> list[ObjectInfo]:
+        """This store's own temp files (`.NAME.HEX.tmp`) below `path`, which `list_files` hides."""
+
+        def call() -> list[ObjectInfo]:
+            found = []
+            for dirpath, _dirs, files in os.walk(self._path(path)):
+                for name in files:
+                    if _TEMP.match(name):
+                        full = Path(dirpath) / name
+                        st = full.stat()
+                        found.append(
+                            ObjectInfo(full.relative_to(self.root).as_posix(), st.st_size, st.st_mtime)
+                        )
+            return sorted(found, key=lambda info: info.path)
+
+        return self._io("list", path, call)
 
     def delete(self, path: str) -> None:
         self._io("delete", path, lambda: self._path(path).unlink(missing_ok=True))

@@ -127,6 +127,10 @@ class ObjectStore(ABC):
     def list_files(self, path: str, *, recursive: bool = False) -> list[ObjectInfo]:
         """Objects below `path` (immediate children unless `recursive`), sorted by path."""
 
+    def temporary_files(self, path: str) -> list[ObjectInfo]:
+        """Temp files a write of this store left below `path` (none: object stores put atomically)."""
+        return []
+
     @abstractmethod
     def delete(self, path: str) -> None:
         """Delete one object; deleting an absent object is not an error."""

@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 
+from memwal_core.arguments import checked
 from memwal_core.errors import BadInputError
 from memwal_core.storage.limits import TimeLimits, time_limits, with_lance_defaults
 
@@ -116,7 +117,8 @@ def is_secret(key: str) -> bool:
 class StorageOptions(Mapping[str, str]):
     """Lance-style storage options (`aws_endpoint`, `aws_access_key_id`, ...); immutable."""
 
-    def __init__(self, values: Mapping[str, str] | None = None) -> None:
+    @checked
+    def __init__(self, values: Mapping[str, object] | None = None) -> None:
         self._values: dict[str, str] = {str(k): str(v) for k, v in (values or {}).items()}
 
     @classmethod
@@ -131,7 +133,7 @@ class StorageOptions(Mapping[str, str]):
         return cls.checked(values)
 
     @classmethod
-    def checked(cls, values: Mapping[str, str]) -> StorageOptions:
+    def checked(cls, values: Mapping[str, object]) -> StorageOptions:
         """Options a user gave: unknown keys and malformed time limits are bad input."""
         check_known(values)
         options = cls(values)

@@ -82,7 +82,8 @@ class S3Store(ObjectStore):
             or "us-east-1",
             virtual=options.flag("aws_virtual_hosted_style_request", default=endpoint is None),
             pool_size=parallelism,
-            timeout=urllib3.Timeout(connect=self.limits.connect, read=self.limits.request),
+            connect_timeout=self.limits.connect,
+            request_timeout=self.limits.request,
         )
 
     def _key(self, path: str) -> str:
@@ -122,7 +123,7 @@ class S3Store(ObjectStore):
             silent = isinstance(exc, urllib3.exceptions.TimeoutError)
             if silent and not isinstance(exc, urllib3.exceptions.NewConnectionError):
                 raise StorageError(
-                    f"storage did not answer: {where} gave no reply for {self.describe(path)} within "
+                    f"storage did not answer: {where} gave no full reply for {self.describe(path)} within "
                     f"{self.limits.request:g} s (storage option timeout)"
                 ) from exc
             raise StorageError(

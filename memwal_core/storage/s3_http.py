@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +27,8 @@ from xml.sax.saxutils import escape
 import urllib3
 
 _CODE = re.compile(rb"<Code>([^<]+)</Code>")
+# Bytes read from a response at a time, at most.
+_CHUNK = 1 << 16
 _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
 
@@ -118,9 +121,11 @@ class SignedHttp:
         region: str,
         virtual: bool,
         pool_size: int,
-        timeout: urllib3.Timeout,
+        connect_timeout: float,
+        request_timeout: float,
     ) -> None:
         self._credentials = credentials
+        self._request_timeout = request_timeout
         self._region = region
         if endpoint is None:
             endpoint = f"https://s3.{region}.amazonaws.com"
@@ -128,6 +133,7 @@ class SignedHttp:
         self._base = f"{scheme}://{bucket}.{host}" if virtual else f"{scheme}://{host}/{bucket}"
         # The bucket itself, as botocore addresses it: `/` on its own host, no slash after its path.
         self._bucket_url = f"{self._base}/" if virtual else self._base
+        timeout = urllib3.Timeout(connect=connect_timeout, read=request_timeout)
         self._http = urllib3.PoolManager(maxsize=pool_size, timeout=timeout, retries=False)
 
     def request(
@@ -140,7 +146,11 @@ class SignedHttp:
     ) -> S3Response:
         """Send one signed request; S3HttpError for an error status, urllib3 errors for transport failures.
 
-        An empty `key` addresses the bucket itself (LIST, batch DELETE).
+        An empty `key` addresses the bucket itself (LIST, batch DELETE). The
+        whole answer, head and body, must arrive within the request time limit
+        (a ReadTimeoutError otherwise): a socket's own timeout bounds only the
+        wait for each next byte, which an endpoint trickling its answer resets
+        forever.
         """
         from botocore.auth import S3SigV4Auth
         from botocore.awsrequest import AWSRequest
@@ -151,13 +161,31 @@ class SignedHttp:
         request = AWSRequest(method=method, url=url, data=body, headers=headers or {})
         if self._credentials is not None:
             S3SigV4Auth(self._credentials.get_frozen_credentials(), "s3", self._region).add_auth(request)
+        deadline = time.monotonic() + self._request_timeout
         response = self._http.request(
-            method, url, body=body or None, headers=dict(request.headers.items()), preload_content=True
+            method, url, body=body or None, headers=dict(request.headers.items()), preload_content=False
         )
+        try:
+            data = self._body(response, deadline, url)
+        except BaseException:
+            response.close()  # part of the body is still on the wire: the connection cannot be reused
+            raise
+        finally:
+            response.release_conn()
         if response.status >= 400:
-            match = _CODE.search(response.data or b"")
+            match = _CODE.search(data)
             raise S3HttpError(response.status, match.group(1).decode() if match else "")
-        return S3Response(response.status, {k.lower(): v for k, v in response.headers.items()}, response.data)
+        return S3Response(response.status, {k.lower(): v for k, v in response.headers.items()}, data)
+
+    def _body(self, response: urllib3.BaseHTTPResponse, deadline: float, url: str) -> bytes:
+        """The response body, read as it arrives; ReadTimeoutError once the deadline has passed."""
+        chunks = []
+        while chunk := response.read1(_CHUNK):
+            chunks.append(chunk)
+            if time.monotonic() > deadline:
+                late = f"the answer took longer than {self._request_timeout:g} s"
+                raise urllib3.exceptions.ReadTimeoutError(None, url, late)  # type: ignore[arg-type]
+        return b"".join(chunks)
 
     def list_page(self, prefix: str, *, delimiter: bool, token: str | None, max_keys: int = 1000) -> ListPage:
         """One page of LIST v2 below `prefix`."""

@@ -1,4 +1,4 @@
-"""Which store serves a table URI: the one place that knows every kind of store.
+"""Which store serves a table URI: the one place that knows every kind of store and URI.
 
 Kept apart from `object_store` (the interface), which the stores import.
 """
@@ -6,25 +6,70 @@ Kept apart from `object_store` (the interface), which the stores import.
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
-from memwal_core.errors import NotFoundError
+from memwal_core.errors import BadInputError
 from memwal_core.storage.local import LocalStore
 from memwal_core.storage.object_store import ObjectStore
 from memwal_core.storage.options import StorageOptions
 from memwal_core.storage.s3 import S3Store
 
+SUPPORTED = "a path, file:/PATH, file:///PATH or s3://BUCKET/PREFIX"
+
+
+def refuse_credentials(uri: str, instead: str) -> None:
+    """Refuse a URI with user info (`scheme://USER:SECRET@host`), showing it with `***` in its place.
+
+    A secret may hold `/` (AWS secrets do), which ends the host part of a URL
+    for a parser: `KEY:SE/CRET@` counts as user info too.
+    """
+    scheme, sep, rest = uri.partition("://")
+    authority = rest.split("/", 1)[0]
+    userinfo = "@" in authority or ("@" in rest and ":" in rest.split("@", 1)[0])
+    if sep and userinfo:
+        raise BadInputError(f"the URI {scheme}://***@{rest.rsplit('@', 1)[1]} holds credentials: {instead}")
+
+
+def normalize_uri(uri: str) -> str:
+    """The one spelling of a table or source URI that memwal and Lance both use.
+
+    A `file:` URI (`file:/abs`, `file:///abs`, `file://localhost/abs`, percent-
+    encoded) becomes its absolute local path: Lance read `file:/abs` as the path,
+    memwal as `./file:/abs`, and each wrote its part of a table in its own place.
+    A path stays as given. Credentials in the URI (`s3://KEY:SECRET@bucket`) are
+    refused without echoing them: they belong in storage options, which are never
+    shown. Any other scheme is refused, naming the ones memwal reads.
+    """
+    if not uri.strip():
+        raise BadInputError(f"no table URI given (use {SUPPORTED})")
+    scheme, sep, rest = uri.partition(":")
+    if not sep or "/" in scheme or not scheme.isascii() or len(scheme) < 2:
+        return uri.rstrip("/") or uri  # a plain path (also `C:`-like one-letter prefixes, no scheme)
+    refuse_credentials(uri, "pass them as storage options (-o KEY=VALUE, or a table's storage_options_env)")
+    parts = urlsplit(uri)
+    if parts.scheme == "s3":
+        if not parts.netloc:
+            raise BadInputError(f"the URI {uri} names no bucket (use s3://BUCKET/PREFIX)")
+        return f"s3://{rest.lstrip('/')}".rstrip("/")  # as written: `?` and `*` are a source glob's
+    if parts.scheme == "file":
+        if parts.query or parts.fragment:
+            raise BadInputError(
+                f"the URI file://{parts.netloc}{parts.path} has a query or fragment "
+                "(a `?` or `#` in a file name is written %3F or %23)"
+            )
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise BadInputError(f"the URI {uri} is no local file URI (use file:/PATH or file:///PATH)")
+        return unquote(parts.path).rstrip("/") or "/"
+    if rest.startswith("//"):
+        raise BadInputError(f"{uri}: storage scheme {parts.scheme!r} is not supported (use {SUPPORTED})")
+    return uri.rstrip("/")  # `name:with:colons` is a relative path
+
 
 def open_store(uri: str, options: StorageOptions | None = None) -> ObjectStore:
-    """The store for a table URI: a local path, `file://...` or `s3://bucket/prefix`."""
+    """The store for a table URI: a local path, `file:...` or `s3://bucket/prefix`."""
     options = options or StorageOptions()
+    uri = normalize_uri(uri)
     if uri.startswith("s3://"):
         bucket, _, prefix = uri[len("s3://") :].partition("/")
-        if not bucket:
-            raise NotFoundError(f"{uri} names no bucket")
         return S3Store(bucket, prefix, options)
-    if uri.startswith("file://"):
-        uri = uri[len("file://") :]
-    if "://" in uri:
-        scheme = uri.split("://", 1)[0]
-        raise NotFoundError(f"{uri}: storage scheme {scheme!r} is not supported (use a path or s3://)")
     return LocalStore(Path(uri).expanduser().absolute())

@@ -57,7 +57,14 @@ def assert_bad_input(root: Path, args: list[str], names: str) -> None:
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert names in lines[0], lines[0]
-    assert proc.stdout == ""
+    if "--json" in args:  # one object even so, the failure under `failures` (issue 28)
+        printed = json.loads(proc.stdout)
+        assert printed["read_version"] is None and printed["new_version"] is None
+        assert printed["failures"] == [
+            {"region": None, "error": lines[0].split(": error: ", 1)[1], "exit_code": 2}
+        ]
+    else:
+        assert proc.stdout == ""
     if before is not None:
         assert tree_digest(root) == before, "a failed status must not change anything"
 
@@ -117,6 +124,33 @@ def test_stale_version_hint_still_finds_the_latest(table: tuple[Path, DemoLog]) 
     proc = run_cli("status", str(path), "--json")
     assert proc.returncode == 0, proc.stderr
     assert {r["region"]: r["manifest_version"] for r in json.loads(proc.stdout)["regions"]}[region] == truth
+
+
+def test_a_hint_no_writer_can_store_is_ignored_naming_the_file(table: tuple[Path, DemoLog]) -> None:
+    """2^64-1 cannot be followed by another version: no writer stored it, so the region is read without it."""
+    path, log = table
+    region = log.regions[0]
+    truth = independent_latest_manifest(path, region).version
+    hint = path / "_mem_wal" / region / "manifest" / "version_hint.json"
+    hint.write_text(json.dumps({"version": 2**64 - 1}))
+    proc = run_cli("status", str(path), "--json")
+    hint.write_text(json.dumps({"version": truth}))
+    assert proc.returncode == 0, proc.stderr
+    assert {r["region"]: r["manifest_version"] for r in json.loads(proc.stdout)["regions"]}[region] == truth
+    assert str(hint) in proc.stderr and "ignored" in proc.stderr
+
+
+@pytest.mark.parametrize("target", ["file", "/dev/null"])
+def test_a_table_path_that_is_a_file_is_not_a_lance_table(tmp_path: Path, target: str) -> None:
+    path = tmp_path / "file" if target == "file" else Path(target)
+    if target == "file":
+        path.write_text("hello")
+    for command in ("status", "merge", "gc"):
+        assert_bad_input(tmp_path, [command, str(path), "--json"], f"{path} is not a Lance table")
+
+
+def test_status_of_a_bucket_less_s3_uri_says_so(tmp_path: Path) -> None:
+    assert_bad_input(tmp_path, ["status", "s3://"], "the URI s3:// names no bucket")
 
 
 def test_hint_ahead_of_the_manifests_is_corrupt(table: tuple[Path, DemoLog]) -> None:

@@ -7,23 +7,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.support.cli import timed_cli
+from tests.support.cli import every_command, timed_cli
 from tests.support.silent import SilentEndpoint
 
 TABLE = "s3://silent-bucket/table"
-# Each command with the arguments it requires.
-COMMANDS = {
-    "status": [],
-    "merge": [],
-    "gc": [],
-    "catchup": [],
-    "snapshot": [],
-    "compact": [],
-    "retain": ["--older-than", "7d"],
-    "ingest": ["s3://silent-bucket/source.csv"],
-    "init": ["--primary-key", "id", "--unsharded"],
-    "demo": [],
-}
+COMMANDS = every_command("s3://silent-bucket/source.csv")
 # A short limit for the command matrix, and the default a user gets, which must fail within 60 s.
 SHORT = {"timeout": "2s", "connect_timeout": "1s", "client_retry_timeout": "5"}
 DEFAULT_BOUND = 60.0

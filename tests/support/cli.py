@@ -20,3 +20,19 @@ def timed_cli(args: list[str], *, timeout: float = 300) -> tuple[subprocess.Comp
         timeout=timeout,
     )
     return done, time.monotonic() - started
+
+
+def every_command(source: str) -> dict[str, list[str]]:
+    """Every `memwal` command with the arguments it requires (after the table URI); `source` for ingest."""
+    return {
+        "status": [],
+        "merge": [],
+        "gc": [],
+        "catchup": [],
+        "snapshot": [],
+        "compact": [],
+        "retain": ["--older-than", "7d"],
+        "ingest": [source],
+        "init": ["--primary-key", "id", "--unsharded"],
+        "demo": [],
+    }

@@ -16,7 +16,7 @@ import contextlib
 import socket
 import threading
 
-from tests.support.service import LOOPBACK, InProcessListener
+from tests.support.service import LOOPBACK, InProcessListener, forward_requests
 
 
 class LoseOneResponse(InProcessListener):
@@ -49,12 +49,7 @@ class LoseOneResponse(InProcessListener):
         return True
 
     def _requests(self, client: socket.socket, upstream: socket.socket, doomed: threading.Event) -> None:
-        with contextlib.suppress(OSError):
-            while chunk := client.recv(65536):
-                if self._chosen(chunk):
-                    doomed.set()
-                upstream.sendall(chunk)
-            upstream.shutdown(socket.SHUT_WR)
+        forward_requests(client, upstream, lambda chunk: doomed.set() if self._chosen(chunk) else None)
 
     def _responses(self, upstream: socket.socket, client: socket.socket, doomed: threading.Event) -> None:
         with contextlib.suppress(OSError):

@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -90,6 +91,15 @@ def log_tail(path: Path, lines: int = 40) -> str:
     except OSError as exc:
         return f"<cannot read {path}: {exc}>"
     return "\n".join(text.splitlines()[-lines:])
+
+
+def forward_requests(client: socket.socket, upstream: socket.socket, seen: Callable[[bytes], None]) -> None:
+    """A proxy's request direction: every chunk the client sends goes upstream, after `seen(chunk)`."""
+    with contextlib.suppress(OSError):
+        while chunk := client.recv(65536):
+            seen(chunk)
+            upstream.sendall(chunk)
+        upstream.shutdown(socket.SHUT_WR)
 
 
 class InProcessListener:

@@ -15,6 +15,7 @@ from typing import Any
 
 from memwal_core.errors import MemwalError, MemWalNotEnabledError, NotFoundError
 from memwal_core.format.naming import (
+    LEASE_DIR,
     MEM_WAL_DIR,
     REGION_WAL_DIR,
     STAGING_DIR,
@@ -246,11 +247,15 @@ def plan_region(
 
 
 def stale_staging(table: MemWalTable, policy: GcPolicy, now: float) -> tuple[tuple[str, int], ...]:
-    """Staged files no live job can still read: older than `policy.abandoned_after_seconds`."""
+    """Files no live job can still read, older than `policy.abandoned_after_seconds`: staged parts, and
+    the temp files of lease records whose write failed (a full disk) or whose writer died mid-write.
+    """
+    found = [
+        *table.store.list_files(STAGING_DIR, recursive=True),
+        *table.store.temporary_files(LEASE_DIR),
+    ]
     return tuple(
-        (info.path, info.size)
-        for info in table.store.list_files(STAGING_DIR, recursive=True)
-        if now - info.mtime > policy.abandoned_after_seconds
+        (info.path, info.size) for info in found if now - info.mtime > policy.abandoned_after_seconds
     )
 
 

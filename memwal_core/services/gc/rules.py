@@ -10,8 +10,9 @@ version that stopped listing it was written (see docs/internals.md,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from memwal_core.errors import BadInputError
+from memwal_core.arguments import Amount, Count, Range, Seconds, check_fields
 
 # Why a generation is kept (the `reason` of `memwal gc --json`).
 NOT_MERGED = "not_merged"
@@ -27,41 +28,28 @@ WAL_TOO_YOUNG = "wal_min_age"
 WAL_FENCE_SENTINEL = "newest_fence_sentinel"
 
 DEFAULT_GRACE_SECONDS = 3600.0
+# A grace period longer than ten years is a typo, not a policy.
+MAX_GRACE_SECONDS = 10 * 365 * 86400.0
 
 
 @dataclass(frozen=True)
 class GcPolicy:
     """How conservative a GC run is. The defaults suit production; tests lower the times."""
 
-    grace_seconds: float = DEFAULT_GRACE_SECONDS
+    grace_seconds: Annotated[float, Range(0, MAX_GRACE_SECONDS)] = DEFAULT_GRACE_SECONDS
     # Newest covered WAL entries kept: a stalled, fenced writer must not find its positions free.
-    wal_tail: int = 16
+    wal_tail: Amount = 16
     # Covered WAL entries younger than this are kept too; None means the grace period.
-    wal_min_age_seconds: float | None = None
+    wal_min_age_seconds: Seconds | None = None
     # Newest region manifest versions kept (older ones only once superseded for the grace period).
-    keep_manifest_versions: int = 10
+    keep_manifest_versions: Count = 10
     # Files a crashed process left go after this long: `_memwal_staging/` files of a Spark merge or
     # ingestion whose driver died, and `.tmp` uploads of a writer killed mid-put. A live job reads
     # or renames its own within minutes, so a day is far past any of them.
-    abandoned_after_seconds: float = 86_400.0
+    abandoned_after_seconds: Seconds = 86_400.0
 
     def __post_init__(self) -> None:
-        if self.grace_seconds < 0:
-            raise BadInputError(f"--grace-seconds must be 0 or more, not {self.grace_seconds}")
-        if self.wal_tail < 0:
-            raise BadInputError(f"the WAL tail must be 0 or more entries, not {self.wal_tail}")
-        if self.wal_min_age_seconds is not None and self.wal_min_age_seconds < 0:
-            raise BadInputError(
-                f"the WAL minimum age must be 0 or more seconds, not {self.wal_min_age_seconds}"
-            )
-        if self.abandoned_after_seconds < 0:
-            raise BadInputError(
-                f"the abandoned-file age must be 0 or more seconds, not {self.abandoned_after_seconds}"
-            )
-        if self.keep_manifest_versions < 1:
-            raise BadInputError(
-                f"at least 1 region manifest version must be kept, not {self.keep_manifest_versions}"
-            )
+        check_fields(self)  # a NaN would compare false with every bound and keep everything, silently
 
     @property
     def wal_min_age(self) -> float:

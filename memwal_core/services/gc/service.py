@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from memwal_core.arguments import checked
 from memwal_core.errors import MemwalError
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.execute import RegionGcOutcome, execute_region
@@ -86,6 +87,7 @@ class GcResult(ServiceResult):
         }
 
 
+@checked
 def gc(
     table: MemWalTable,
     *,

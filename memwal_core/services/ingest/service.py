@@ -3,8 +3,9 @@
 Every source row is read and checked (types, nulls, columns) before the first
 row is written, so bad input leaves the table untouched. Writes are upserts by
 key: a rerun, or a retried Spark task, leaves the same final rows. A key that
-occurs more than once in the sources ends with its last row (files in sorted
-path order), under either engine.
+occurs more than once in the sources ends with its last row (sources in
+command-line order, a directory's or glob's files in sorted path order: the
+caller says which file wins), under either engine.
 
 An engine that runs here streams every file through one writer (no task
 needed: one writer per region is the rule anyway); a remote engine stages
@@ -18,6 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from memwal_core.arguments import checked
 from memwal_core.errors import BadInputError
 from memwal_core.model.routing import region_spec_of
 from memwal_core.model.table import MemWalTable
@@ -57,6 +59,7 @@ def _write_local(table: MemWalTable, sources: SourceFiles, options: WriterOption
     return Ingested(rows_read, rows_written, regions)
 
 
+@checked
 def ingest(
     table: MemWalTable,
     paths: Sequence[str],

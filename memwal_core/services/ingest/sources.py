@@ -20,6 +20,7 @@ import pyarrow as pa
 from memwal_core.errors import BadInputError, NotFoundError, SchemaError, StorageError, first_line
 from memwal_core.model.rows import conform
 from memwal_core.storage.options import StorageOptions
+from memwal_core.storage.stores import normalize_uri
 
 FORMATS = ("parquet", "csv", "json")
 _EXTENSIONS = {
@@ -142,8 +143,12 @@ def resolve_sources(
         raise BadInputError(f"unknown source format {fmt!r} (use parquet, csv or json)")
     options = dict(storage_options or {})
     files: list[str] = []
-    for path in paths:
+    for path in map(normalize_uri, paths):
         matched = _expand_s3(path, options) if path.startswith("s3://") else _expand_local(path)
+        if not matched and os.path.isdir(path):
+            raise BadInputError(
+                f"source folder {path} holds no files (names starting with . or _ are skipped)"
+            )
         if not matched:
             raise NotFoundError(f"source {path} does not exist")
         # Opening a FIFO or a device would block or read forever; a directory a glob matched is no file.
@@ -158,7 +163,7 @@ def resolve_sources(
 
 def _expand_local(path: str) -> list[str]:
     # Absolute: Spark executors may run in another working directory.
-    path = os.path.abspath(os.path.expanduser(path.removeprefix("file://")))
+    path = os.path.abspath(os.path.expanduser(path))
     if os.path.isdir(path):
         return sorted(
             os.path.join(root, name)

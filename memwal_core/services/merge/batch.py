@@ -18,7 +18,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memwal_core.errors import BadInputError
+from memwal_core.arguments import Count, check_fields, checked
 from memwal_core.services.merge.plan import RegionMergePlan
 
 # A batch may collapse this share of the machine's memory. Reading, collapsing,
@@ -43,17 +43,15 @@ def machine_memory() -> int:
 class MergeBudget:
     """At most this much of the generations' rows and bytes collapsed per batch (one commit)."""
 
-    max_rows: int
-    max_bytes: int
+    max_rows: Count
+    max_bytes: Count
 
     def __post_init__(self) -> None:
-        if self.max_rows < 1:
-            raise BadInputError(f"--max-batch-rows must be at least 1, not {self.max_rows}")
-        if self.max_bytes < 1:
-            raise BadInputError(f"--max-batch-bytes must be at least 1, not {self.max_bytes}")
+        check_fields(self)
 
     @classmethod
-    def default(cls, *, max_rows: int | None = None, max_bytes: int | None = None) -> MergeBudget:
+    @checked
+    def default(cls, *, max_rows: Count | None = None, max_bytes: Count | None = None) -> MergeBudget:
         """A sixteenth of the machine's memory, and rows at 256 bytes each; either may be given instead."""
         budget_bytes = max_bytes if max_bytes is not None else machine_memory() // MEMORY_SHARE
         budget_rows = max_rows if max_rows is not None else max(1, budget_bytes // BYTES_PER_ROW_ASSUMED)

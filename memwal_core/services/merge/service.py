@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from memwal_core.arguments import Count, Seconds, checked
 from memwal_core.model.details_lease import check_details_lease
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import Engine, LocalEngine
@@ -49,17 +50,18 @@ def preview_batches(plan: MergePlan, budget: MergeBudget) -> list[dict[str, Any]
     return preview
 
 
+@checked
 def merge(
     table: MemWalTable,
     *,
     regions: Iterable[str] | None = None,
-    max_generations: int | None = None,
+    max_generations: Count | None = None,
     engine: Engine | None = None,
     budget: MergeBudget | None = None,
     dry_run: bool = False,
     retry: RetryPolicy | None = None,
-    lease_ttl: float = DEFAULT_LEASE_TTL,
-    lease_wait: float = 0.0,
+    lease_ttl: Seconds = DEFAULT_LEASE_TTL,
+    lease_wait: Seconds = 0.0,
     commit_form: str = AUTO,
     progress: Progress | None = None,
 ) -> MergeResult:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from memwal_core.arguments import Amount, Seconds, checked
 from memwal_core.errors import AlreadyExistsError, StorageError
 from memwal_core.format.naming import region_snapshot_path
 from memwal_core.format.region_snapshot import encode, region_field_types, to_arrow
@@ -86,13 +87,14 @@ def _refresh_hints(table: MemWalTable, plan: SnapshotPlan) -> tuple[SnapshotPlan
     return dataclasses.replace(plan, regions=rows), sorted(written)
 
 
+@checked
 def build_snapshot(
     table: MemWalTable,
     *,
-    inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
+    inline_threshold: Amount = DEFAULT_INLINE_THRESHOLD,
     refresh_hints: bool = False,
-    lease_ttl: float = DEFAULT_DETAILS_LEASE_TTL,
-    lease_wait: float | None = None,
+    lease_ttl: Seconds = DEFAULT_DETAILS_LEASE_TTL,
+    lease_wait: Seconds | None = None,
 ) -> SnapshotResult:
     """Build and commit the region snapshot of every region.
 

@@ -60,23 +60,23 @@ def test_defaults_and_every_key_of_the_docstring_example(tmp_path: Path) -> None
         ),
         (
             "{name: x, uri: /t, max_batch_rows: 0}",
-            "table x: max_batch_rows: --max-batch-rows must be at least 1",
+            "table x: max_batch_rows must be at least 1, not 0",
         ),
         (
             "{name: x, uri: /t, max_batch_bytes: 0}",
-            "table x: max_batch_bytes: --max-batch-bytes must be at least 1",
+            "table x: max_batch_bytes must be at least 1, not 0",
         ),
         (
             "{name: x, uri: /t, gc_grace_seconds: -1}",
-            "table x: gc_grace_seconds: --grace-seconds must be 0 or more",
+            "table x: gc_grace_seconds must be a finite number from 0 to 315360000, not -1",
         ),
         (
             "{name: x, uri: /t, status_interval_seconds: -1}",
-            "table x: status_interval_seconds: must be a number >= 0",
+            "table x: status_interval_seconds must be a finite number at least 0, not -1",
         ),
         (
             "{name: x, uri: /t, status_interval_seconds: .inf}",
-            "table x: status_interval_seconds: must be a number",
+            "table x: status_interval_seconds must be a finite number",
         ),
         (
             "{name: x, uri: /t, status_interval_seconds: '60'}",
@@ -92,9 +92,46 @@ def test_defaults_and_every_key_of_the_docstring_example(tmp_path: Path) -> None
         ),
         (
             "{name: x, uri: /t, compaction_fragment_threshold: 1}",
-            "table x: compaction_fragment_threshold: must be at least 2",
+            "table x: compaction_fragment_threshold must be at least 2, not 1",
         ),
-        ("{name: x, uri: /t, compaction_max_tasks: 0}", "table x: compaction_max_tasks: must be at least 1"),
+        (
+            "{name: x, uri: /t, compaction_max_tasks: 0}",
+            "table x: compaction_max_tasks must be at least 1, not 0",
+        ),
+        # Issue 28: what the CLI refuses, the list refuses too, in the same words.
+        ("{name: x, uri: /t, gc_grace_seconds: .nan}", "table x: gc_grace_seconds must be a finite number"),
+        (
+            "{name: x, uri: /t, retain_keep_versions: 0}",
+            "table x: retain_keep_versions must be at least 1, not 0",
+        ),
+        (
+            "{name: x, uri: /t, compaction_target_rows: 0}",
+            "table x: compaction_target_rows must be at least 1",
+        ),
+        (
+            "{name: x, uri: /t, max_generations_per_merge: 0}",
+            "table x: max_generations_per_merge must be at least 1",
+        ),
+        (
+            "{name: x, uri: /t, sensor_interval_seconds: 0}",
+            "table x: sensor_interval_seconds must be at least 1",
+        ),
+        (
+            "{name: x, uri: /t, max_backlog_generations: -1}",
+            "table x: max_backlog_generations must be at least 0",
+        ),
+        (
+            "{name: x, uri: /t, max_pending_age_seconds: -5}",
+            "table x: max_pending_age_seconds must be a finite number",
+        ),
+        ("{name: x, uri: /t, max_index_lag: -1}", "table x: max_index_lag must be at least 0"),
+        (
+            "{name: x, uri: /t, max_gc_backlog_generations: -1}",
+            "table x: max_gc_backlog_generations must be at least 0",
+        ),
+        ("{name: x, uri: 'gs://b/t'}", "table x: uri: gs://b/t: storage scheme 'gs' is not supported"),
+        ("{name: x, uri: 's3://'}", "table x: uri: the URI s3:// names no bucket"),
+        ("{name: x, uri: 'file:///t?x=SeCrEt'}", "table x: uri: the URI file:///t has a query or fragment"),
         ("{name: x, uri: /t, max_index_lag: 2.5}", "table x: max_index_lag: Input should be a valid integer"),
         (
             "{name: x, uri: /t, max_backlog_generations: true}",
@@ -133,3 +170,18 @@ def test_numbers_read_as_text_where_text_is_meant_and_a_copy_is_checked_too(tmp_
     assert table.uri == "2024" and table.gc_grace_seconds == 0.0
     with pytest.raises(ValidationError, match="compaction_max_tasks"):
         replace(table, compaction_max_tasks=0)
+
+
+def test_a_uri_with_credentials_is_refused_without_echoing_them(tmp_path: Path) -> None:
+    path = listing(tmp_path, "tables:\n  - {name: x, uri: 's3://AKIAEXAMPLE:SeCrEtVaLuE@bucket/t'}\n")
+    with pytest.raises(BadInputError) as refused:
+        load_tables(path)
+    text = str(refused.value)
+    assert "holds credentials" in text and "s3://***@bucket/t" in text, text
+    assert "AKIAEXAMPLE" not in text and "SeCrEtVaLuE" not in text
+    assert refused.value.__cause__ is None and refused.value.__suppress_context__
+
+
+def test_a_file_uri_is_read_as_its_local_path(tmp_path: Path) -> None:
+    (table,) = load_tables(listing(tmp_path, "tables:\n  - {name: x, uri: 'file:///data/my%20table/'}\n"))
+    assert table.uri == "/data/my table"

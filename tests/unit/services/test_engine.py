@@ -17,7 +17,7 @@ def test_local_engine_keeps_the_contract(threads: int | None) -> None:
 
 
 def test_a_local_engine_without_threads_is_refused() -> None:
-    with pytest.raises(BadInputError, match="at least 1 thread"):
+    with pytest.raises(BadInputError, match=r"LocalEngine\(\) argument threads must be at least 1, not 0"):
         LocalEngine(0)
 
 

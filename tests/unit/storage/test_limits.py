@@ -10,7 +10,7 @@ from memwal_core.storage.limits import LANCE_DEFAULTS, time_limits, with_lance_d
 
 def test_defaults() -> None:
     limits = time_limits({})
-    assert (limits.connect, limits.request, limits.total) == (5.0, 30.0, 50.0)
+    assert (limits.connect, limits.request, limits.total) == (5.0, 15.0, 50.0)
 
 
 def test_units() -> None:
