@@ -13,12 +13,14 @@ from memwal_core.errors import AlreadyExistsError, NotFoundError, StorageError
 from memwal_core.storage.object_store import ObjectInfo, ObjectStore
 
 T = TypeVar("T")
+# Local requests have no latency to hide: threads beyond this only contend for the GIL.
+LOCAL_PARALLELISM = 16
 
 
 class LocalStore(ObjectStore):
     """A directory on the local file system."""
 
-    def __init__(self, root: Path, *, parallelism: int = 16) -> None:
+    def __init__(self, root: Path, *, parallelism: int = LOCAL_PARALLELISM) -> None:
         super().__init__(str(root), parallelism=parallelism)
         self.root = root
 

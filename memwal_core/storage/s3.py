@@ -10,7 +10,7 @@ import urllib3
 
 from memwal_core.errors import AlreadyExistsError, NotFoundError, StorageError
 from memwal_core.storage.object_store import ObjectInfo, ObjectStore, join_path
-from memwal_core.storage.options import StorageOptions
+from memwal_core.storage.options import DEFAULT_CONCURRENT_REQUESTS, StorageOptions
 from memwal_core.storage.retry import RetryPolicy
 from memwal_core.storage.s3_http import ListPage, S3HttpError, SignedHttp
 
@@ -55,8 +55,7 @@ class S3Store(ObjectStore):
         prefix: str,
         options: StorageOptions,
         *,
-        # Requests are mostly Python CPU (signing) under the GIL; more threads only contend.
-        parallelism: int = 32,
+        parallelism: int = DEFAULT_CONCURRENT_REQUESTS,
         retry: RetryPolicy | None = None,
     ) -> None:
         super().__init__(f"s3://{join_path(bucket, prefix)}", parallelism=parallelism)
