@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -116,10 +116,11 @@ class LocalStore(ObjectStore):
     def delete(self, path: str) -> None:
         self._io("delete", path, lambda: self._path(path).unlink(missing_ok=True))
 
-    def delete_tree(self, path: str) -> list[ObjectInfo]:
-        deleted = super().delete_tree(path)
+    def delete_trees(self, paths: Sequence[str]) -> list[list[ObjectInfo]]:
+        deleted = super().delete_trees(paths)
         # Directories are not objects: drop the emptied ones, or listings would still show them.
-        for dirpath, _dirs, _files in os.walk(self._path(path), topdown=False):
-            with contextlib.suppress(OSError):
-                os.rmdir(dirpath)
+        for path in paths:
+            for dirpath, _dirs, _files in os.walk(self._path(path), topdown=False):
+                with contextlib.suppress(OSError):
+                    os.rmdir(dirpath)
         return deleted

@@ -220,16 +220,18 @@ class S3Store(ObjectStore):
 
         self.map(delete_batch, batches)
 
-    def delete_tree(self, path: str) -> list[ObjectInfo]:
-        found = self.list_files(path, recursive=True)
-        files = [info.path for info in found]
-        # Some S3 servers (SeaweedFS) keep emptied folders as listable prefixes unless
-        # their "dir/" keys are deleted too; on AWS these keys are absent and cost nothing.
-        folders = {path} | {f.rsplit("/", 1)[0] for f in files}
-        for folder in list(folders):
-            while folder.startswith(f"{path}/"):
-                folder = folder.rsplit("/", 1)[0]
-                folders.add(folder)
-        markers = [f"{folder}/" for folder in sorted(folders, key=lambda f: -f.count("/"))]
-        self.delete_many(files + markers)
+    def delete_trees(self, paths: Sequence[str]) -> list[list[ObjectInfo]]:
+        found = [self.list_files(path, recursive=True) for path in paths]
+        keys: list[str] = []
+        for path, tree in zip(paths, found, strict=True):
+            files = [info.path for info in tree]
+            # Some S3 servers (SeaweedFS) keep emptied folders as listable prefixes unless
+            # their "dir/" keys are deleted too; on AWS these keys are absent and cost nothing.
+            folders = {path} | {f.rsplit("/", 1)[0] for f in files}
+            for folder in list(folders):
+                while folder.startswith(f"{path}/"):
+                    folder = folder.rsplit("/", 1)[0]
+                    folders.add(folder)
+            keys += files + [f"{folder}/" for folder in sorted(folders, key=lambda f: -f.count("/"))]
+        self.delete_many(keys)
         return found
