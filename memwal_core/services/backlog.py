@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.naming import MEM_WAL_DIR, TABLE_VERSIONS_DIR
 from memwal_core.format.regions import RegionManifest
+from memwal_core.services.snapshot.stored import read_hinted
 from memwal_core.table import MemWalTable
 
 
@@ -62,7 +63,8 @@ class TableBacklog:
 def backlog(table: MemWalTable, regions: Iterable[str] | None = None) -> TableBacklog:
     """Every region's backlog (or the named regions') at the latest table version (changes nothing)."""
     version = table.dataset().version
-    return backlog_of(table, version, table.index_details(version), table.read_regions(regions))
+    details = table.index_details(version)
+    return backlog_of(table, version, details, read_hinted(table, details, regions))
 
 
 def backlog_of(

@@ -11,6 +11,7 @@ from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.regions import RegionManifest
 from memwal_core.services.backlog import TableBacklog, backlog_of
 from memwal_core.services.result import ServiceResult
+from memwal_core.services.snapshot.stored import read_hinted
 from memwal_core.table import MemWalTable
 
 
@@ -53,7 +54,8 @@ def status(table: MemWalTable) -> TableStatus:
     """Read the status of every region (region manifests are read in parallel)."""
     started = time.perf_counter()
     version = table.dataset().version
-    return status_of(table, version, table.index_details(version), table.read_regions(), started)
+    details = table.index_details(version)
+    return status_of(table, version, details, read_hinted(table, details), started)
 
 
 def status_and_backlog(table: MemWalTable) -> tuple[TableStatus, TableBacklog]:
@@ -64,7 +66,7 @@ def status_and_backlog(table: MemWalTable) -> tuple[TableStatus, TableBacklog]:
     started = time.perf_counter()
     version = table.dataset().version
     details = table.index_details(version)
-    manifests = table.read_regions()
+    manifests = read_hinted(table, details)
     found = status_of(table, version, details, manifests, started)
     return found, backlog_of(table, version, details, manifests)
 
