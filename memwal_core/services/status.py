@@ -58,15 +58,18 @@ def status(table: MemWalTable) -> TableStatus:
     return status_of(table, version, details, read_hinted(table, details), started)
 
 
-def status_and_backlog(table: MemWalTable) -> tuple[TableStatus, TableBacklog]:
+def status_and_backlog(
+    table: MemWalTable, known: Mapping[str, int] | None = None
+) -> tuple[TableStatus, TableBacklog]:
     """The status and every region's backlog from one read of the region manifests.
 
     The backlog adds one LIST per region with pending generations (the age of its oldest).
+    `known`: manifest versions to start from (default: the stored region snapshot's).
     """
     started = time.perf_counter()
     version = table.dataset().version
     details = table.index_details(version)
-    manifests = read_hinted(table, details)
+    manifests = read_hinted(table, details) if known is None else table.read_regions(known=known)
     found = status_of(table, version, details, manifests, started)
     return found, backlog_of(table, version, details, manifests)
 
