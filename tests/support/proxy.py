@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Collection
 
 from tests.support.service import LOOPBACK, InProcessListener
 
@@ -70,19 +71,22 @@ class ForwardingProxy(InProcessListener):
 class LatencyProxy(ForwardingProxy):
     """Holds every request `delay` seconds before forwarding it, like a cloud store's first-byte latency.
 
-    Counts requests by method (`counts`, `total()`; `reset()` starts over), so a
-    test or benchmark sees every request a whole process made, Lance's included.
+    Counts requests by method (`counts`, `total()`) and keeps their request lines
+    (`lines`; `reset()` starts over), so a test or benchmark sees every request a
+    whole process made, Lance's included, and which object each one named.
     """
 
     def __init__(self, upstream_port: int, *, delay: float = 0.0) -> None:
         self.delay = delay
         self.counts: Counter[str] = Counter()
+        self.lines: list[str] = []
         self._lock = threading.Lock()
         super().__init__(upstream_port, "latency-proxy")
 
     def on_request(self, line: str) -> bool:
         with self._lock:
             self.counts[line.split(" ", 1)[0]] += 1
+            self.lines.append(line)
         if self.delay > 0:
             time.sleep(self.delay)
         return False
@@ -91,9 +95,15 @@ class LatencyProxy(ForwardingProxy):
         with self._lock:
             return sum(self.counts.values())
 
+    def naming(self, parts: Collection[str]) -> int:
+        """Requests whose request line names any of `parts` (e.g. region ids)."""
+        with self._lock:
+            return sum(1 for line in self.lines if any(part in line for part in parts))
+
     def reset(self) -> None:
         with self._lock:
             self.counts.clear()
+            self.lines.clear()
 
     def storage_options(self, options: dict[str, str]) -> dict[str, str]:
         """`options` (a SeaweedServer's) with the endpoint pointing at this proxy."""
