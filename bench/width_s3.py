@@ -5,15 +5,18 @@ Setup: a SeaweedFS server (as the tests start it) behind two proxies from
 `--delay-ms` (default 20, a cloud store's first-byte latency); both count
 requests. The table: a 100k-row base with a BTree on the key, then
 `--regions` regions x 1 generation x 200 rows written by pylance's native
-MemWAL writer. It is built once on local disk (cached under `--cache`) and
-uploaded to one bucket prefix per proxy, so both runs start from identical
-tables. Each command runs as a whole process (`memwal ... --json`), in the
+MemWAL writer, then a region snapshot (`memwal snapshot`, as the pipeline's
+schedule keeps one). It is built once on local disk (cached under `--cache`)
+and uploaded to one bucket prefix per proxy, so both runs start from
+identical tables. Each command runs as a whole process (`memwal ... --json`), in the
 order below, on its proxy's table; the sensor rows run the
 `flushed_generations` sensor's tick in a process of its own, first without a
 cursor, then with the cursor the first tick left (nothing changed since).
 
 Prints per row: requests (every request the process made, Lance's included),
-requests per region, seconds at 0 ms and at the delay, and their ratio.
+requests per region, seconds at 0 ms and at the delay, their ratio, and the
+command process's CPU seconds at 0 ms (on a shared machine, wall time also
+shows the load of everything else).
 `--regions 10000` (or any count above 2,000) runs the status and sensor-tick
 rows only, on a table whose regions hold manifests written directly (the
 only thing those rows read) instead of data.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -103,13 +107,18 @@ def build_manifest_table(path: Path, regions: int) -> None:
 
 
 def cached_table(cache: Path, regions: int) -> Path:
-    """The local table for `regions` regions, built on first use."""
-    path = cache / f"regions-{regions}"
+    """The local table for `regions` regions, with a region snapshot, built on first use."""
+    from memwal_core.services.snapshot.service import build_snapshot
+    from memwal_core.table import MemWalTable
+
+    path = cache / f"regions-{regions}-snapshot"
     if (path / "_versions").is_dir():
         return path
     started = time.perf_counter()
     staging = cache / f"building-{regions}-{os.getpid()}"
     (build_data_table if regions <= DATA_REGIONS_LIMIT else build_manifest_table)(staging, regions)
+    with MemWalTable.open(str(staging)) as table:
+        build_snapshot(table)
     staging.rename(path)
     print(f"built {path} in {time.perf_counter() - started:.0f} s", flush=True)
     return path
@@ -147,6 +156,11 @@ def tick(uri: str, options: dict[str, str], cursor: Path) -> None:
         raise SystemExit(f"sensor tick failed: {done.stderr.strip()[-2000:]}")
 
 
+def _child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--regions", type=int, default=1000)
@@ -160,7 +174,7 @@ def main() -> None:
     from tests.support.proxy import LatencyProxy
     from tests.support.seaweed import SeaweedServer
 
-    rows: dict[str, dict[float, tuple[int, float]]] = {}
+    rows: dict[str, dict[float, tuple[int, float, float]]] = {}
     with SeaweedServer() as server, tempfile.TemporaryDirectory() as work:
         server.create_bucket("width")
         upstream = server.ports["s3.port"]
@@ -179,27 +193,28 @@ def main() -> None:
                 cursor.write_text("")
                 for label, command in steps:
                     proxy.reset()
+                    cpu = _child_cpu()
                     started = time.perf_counter()
                     if command is None:
                         tick(uri, options, cursor)
                     else:
                         memwal(command, uri, options, args.extra)
                     seconds = time.perf_counter() - started
-                    rows.setdefault(label, {})[delay] = (proxy.total(), seconds)
+                    rows.setdefault(label, {})[delay] = (proxy.total(), seconds, _child_cpu() - cpu)
                     print(
                         f"  {label} at {delay * 1000:g} ms: {proxy.total()} requests, {seconds:.1f} s",
                         flush=True,
                     )
     slow = args.delay_ms / 1000
     print(f"\n{args.regions} regions, SeaweedFS through a {args.delay_ms:g} ms proxy (whole processes)\n")
-    print(f"| command | requests | requests/region | 0 ms | {args.delay_ms:g} ms | ratio |")
-    print("|---|---|---|---|---|---|")
+    print(f"| command | requests | requests/region | 0 ms | {args.delay_ms:g} ms | ratio | CPU at 0 ms |")
+    print("|---|---|---|---|---|---|---|")
     for label, by_delay in rows.items():
-        requests, fast = by_delay[0.0]
-        _, delayed = by_delay[slow]
+        requests, fast, cpu = by_delay[0.0]
+        delayed = by_delay[slow][1]
         print(
             f"| {label} | {requests:,} | {requests / args.regions:.2f} | {fast:.1f} s | {delayed:.1f} s "
-            f"| {delayed / fast:.2f} |"
+            f"| {delayed / fast:.2f} | {cpu:.1f} s |"
         )
 
 
