@@ -194,9 +194,9 @@ def region_observation(keys: TableKeys, region: RegionBacklog, read_at: float) -
     )
 
 
-def read_status(table: MemWalTable, known: Mapping[str, int] | None = None) -> StatusView:
-    """The status and every region's backlog, from one read of the region manifests (from `known` versions)."""
-    return StatusView(*status_and_backlog(table, known))
+def read_status(table: MemWalTable) -> StatusView:
+    """The status and every region's backlog, from one read of the region manifests."""
+    return StatusView(*status_and_backlog(table))
 
 
 def status_materialization(keys: TableKeys, view: StatusView) -> AssetMaterialization:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -49,10 +50,12 @@ from dagster import (
 from memwal_core.services.backlog import RegionBacklog, backlog_since
 from memwal_core.services.catchup import index_state
 from memwal_core.services.compact import plan_compaction
-from memwal_pipelines.assets import read_status, region_observation, status_materialization
+from memwal_core.services.status import status_since
+from memwal_pipelines.assets import region_observation, status_materialization
 from memwal_pipelines.jobs import TableJobs
 from memwal_pipelines.keys import TableKeys
 from memwal_pipelines.resources import MemWalResource
+from memwal_pipelines.status_view import StatusView
 
 # Dagster's tags for a run over a range of partitions (a single-run backfill sets the same).
 PARTITION_RANGE_START = "dagster/asset_partition_range_start"
@@ -125,12 +128,13 @@ def flushed_generations_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefini
     )
     def flushed_generations(context: SensorEvaluationContext, memwal: MemWalResource) -> SensorResult:
         cursor = FlushedCursor.load(context.cursor)
+        started = time.perf_counter()
         with memwal.open(table.name) as opened:
             read = backlog_since(opened, cursor.seen)
             found = read.backlog
             state = {r.region: f"{r.latest_flushed}:{r.merged_generation}" for r in found.regions}
             due = cursor.status_due(state, found.read_at, table.status_interval_seconds)
-            view = read_status(opened, read.manifest_versions) if due else None
+            view = StatusView(status_since(opened, read, started), found) if due else None
         # Per region, "latest flushed:merged": a region is observed again whenever either changes.
         known = set(context.instance.get_dynamic_partitions(keys.regions_name))
         new_regions = [r.region for r in found.regions if r.region not in known]

@@ -22,7 +22,7 @@ from typing import Any
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.naming import MEM_WAL_DIR, TABLE_VERSIONS_DIR
 from memwal_core.format.regions import RegionManifest
-from memwal_core.services.snapshot.stored import read_hinted
+from memwal_core.services.snapshot.stored import read_hinted, snapshot_hints
 from memwal_core.table import MemWalTable
 
 
@@ -117,10 +117,16 @@ def backlog_of(
 
 @dataclass(frozen=True)
 class SeenBacklog:
-    """Every region's backlog as a poller last saw it, with the manifest version it was read from."""
+    """Every region's backlog as a poller saw it, with the manifest version each was read from.
+
+    `details`: the MemWAL details it was read at; `manifests`: the regions it read in full
+    (None: no manifest yet), the others kept what the poller saw before.
+    """
 
     backlog: TableBacklog
     manifest_versions: dict[str, int]
+    details: IndexDetails
+    manifests: dict[str, RegionManifest | None]
 
 
 def backlog_since(table: MemWalTable, seen: Mapping[str, tuple[int, RegionBacklog]]) -> SeenBacklog:
@@ -128,12 +134,17 @@ def backlog_since(table: MemWalTable, seen: Mapping[str, tuple[int, RegionBacklo
 
     `seen`: per region, the manifest version and backlog of an earlier read. A region
     whose merge progress is unchanged and whose manifest has no newer version costs one
-    HEAD; any other region is read in full, starting from its seen version.
+    HEAD; any other region is read in full, starting from its seen version (or, for a
+    region not seen before, the stored region snapshot's).
     """
     version = table.dataset().version
     details = table.index_details(version)
+    ids = table.region_ids()
+    hints: Mapping[str, int] = {}
+    if any(region not in seen for region in ids):
+        hints = snapshot_hints(table, details)
 
-    def one(region: str) -> tuple[int, RegionBacklog] | None:
+    def one(region: str) -> tuple[int, RegionBacklog] | RegionManifest | None:
         merged = details.merged_generation(region)
         earlier = seen.get(region)
         if earlier is not None:
@@ -141,13 +152,18 @@ def backlog_since(table: MemWalTable, seen: Mapping[str, tuple[int, RegionBacklo
             unmoved = not table.region_store(region).moved_since(manifest_version)
             if region_seen.merged_generation == merged and unmoved:
                 return earlier
-        manifest = table.read_region(region, earlier[0] if earlier else None)
-        if manifest is None:
-            return None
-        return manifest.version, region_backlog(table, manifest, merged)
+        return table.read_region(region, earlier[0] if earlier else hints.get(region))
 
-    ids = table.region_ids()
-    found = {r: f for r, f in zip(ids, table.store.map(one, ids), strict=True) if f is not None}
-    regions = [found[r][1] for r in sorted(found)]
+    kept: dict[str, tuple[int, RegionBacklog]] = {}
+    manifests: dict[str, RegionManifest | None] = {}
+    for region, found in zip(ids, table.store.map(one, ids), strict=True):
+        if isinstance(found, tuple):
+            kept[region] = found
+        else:
+            manifests[region] = found
+    read = [m for _r, m in sorted(manifests.items()) if m is not None]
+    fresh = table.store.map(lambda m: region_backlog(table, m, details.merged_generation(m.region)), read)
+    regions = sorted([*(b for _v, b in kept.values()), *fresh], key=lambda b: b.region)
+    versions = {r: v for r, (v, _b) in kept.items()} | {m.region: m.version for m in read}
     backlog = TableBacklog(table.uri, version, regions, time.time())
-    return SeenBacklog(backlog, {r: f[0] for r, f in found.items()})
+    return SeenBacklog(backlog, versions, details, manifests)

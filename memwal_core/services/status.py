@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.regions import RegionManifest
-from memwal_core.services.backlog import TableBacklog, backlog_of
+from memwal_core.services.backlog import SeenBacklog, TableBacklog, backlog_of
 from memwal_core.services.result import ServiceResult
 from memwal_core.services.snapshot.stored import read_hinted
 from memwal_core.table import MemWalTable
@@ -58,20 +58,24 @@ def status(table: MemWalTable) -> TableStatus:
     return status_of(table, version, details, read_hinted(table, details), started)
 
 
-def status_and_backlog(
-    table: MemWalTable, known: Mapping[str, int] | None = None
-) -> tuple[TableStatus, TableBacklog]:
+def status_and_backlog(table: MemWalTable) -> tuple[TableStatus, TableBacklog]:
     """The status and every region's backlog from one read of the region manifests.
 
     The backlog adds one LIST per region with pending generations (the age of its oldest).
-    `known`: manifest versions to start from (default: the stored region snapshot's).
     """
     started = time.perf_counter()
     version = table.dataset().version
     details = table.index_details(version)
-    manifests = read_hinted(table, details) if known is None else table.read_regions(known=known)
+    manifests = read_hinted(table, details)
     found = status_of(table, version, details, manifests, started)
     return found, backlog_of(table, version, details, manifests)
+
+
+def status_since(table: MemWalTable, read: SeenBacklog, started: float) -> TableStatus:
+    """The status at a backlog read: the regions it did not re-read are read now, from its versions."""
+    missing = [r for r in read.manifest_versions if r not in read.manifests]
+    manifests = {**read.manifests, **table.read_regions(missing, known=read.manifest_versions)}
+    return status_of(table, read.backlog.table_version, read.details, manifests, started)
 
 
 def status_of(
