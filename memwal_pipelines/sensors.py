@@ -4,7 +4,7 @@
 regions as partitions, records an observation of each region whose latest
 flushed or merged generation changed (merge runs also record one for each
 region they merged), records the `{table}/status` asset from the same read
-when any region changed since the status it last recorded (at most every
+(plus the manifests of the regions the tick did not re-read) when any region changed since the status it last recorded (at most every
 `status_interval_seconds`, default 60: the status carries a regions table,
 stored with every event), and requests ONE merge run for the table: a round
 over every region partition, which merges all regions with work in a few
@@ -132,10 +132,10 @@ def flushed_generations_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefini
         with memwal.open(table.name) as opened:
             read = backlog_since(opened, cursor.seen)
             found = read.backlog
+            # Per region, "latest flushed:merged": a region is observed again whenever either changes.
             state = {r.region: f"{r.latest_flushed}:{r.merged_generation}" for r in found.regions}
             due = cursor.status_due(state, found.read_at, table.status_interval_seconds)
             view = StatusView(status_since(opened, read, started), found) if due else None
-        # Per region, "latest flushed:merged": a region is observed again whenever either changes.
         known = set(context.instance.get_dynamic_partitions(keys.regions_name))
         new_regions = [r.region for r in found.regions if r.region not in known]
         events: list[AssetObservation | AssetMaterialization] = [
