@@ -1,16 +1,17 @@
 """Sensors of one table.
 
-`{table}_flushed_generations` reads every region's backlog (three storage
-requests per region, plus one LIST per region with a backlog), adds new
+`{table}_flushed_generations` reads every region's backlog, adds new
 regions as partitions, records an observation of each region whose latest
 flushed or merged generation changed (merge runs also record one for each
 region they merged), records the `{table}/status` asset from the same read
-when any region changed since the status it last recorded (at most every
+(plus the manifests of the regions the tick did not re-read) when any region changed since the status it last recorded (at most every
 `status_interval_seconds`, default 60: the status carries a regions table,
 stored with every event), and requests ONE merge run for the table: a round
 over every region partition, which merges all regions with work in a few
 commits. Its cursor (JSON) remembers the last flushed and merged generations observed per region,
-and a digest of them as of the last status recorded, with its time;
+each region's backlog with the manifest version it was read from (so a tick re-reads only
+the regions whose manifest has a newer version or whose merge progress moved: one HEAD for
+every other region), and a digest of the regions' state as of the last status recorded, with its time;
 the run key is a digest of every (region, merged, latest pending) triple, so
 the same backlog never starts a second run, while a new flush or a partial
 merge does. No run is requested while one of the table's merge runs is still
@@ -29,8 +30,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dagster import (
     AssetMaterialization,
@@ -45,13 +47,15 @@ from dagster import (
     sensor,
 )
 
-from memwal_core.services.backlog import RegionBacklog
+from memwal_core.services.backlog import RegionBacklog, backlog_since
 from memwal_core.services.catchup import index_state
 from memwal_core.services.compact import plan_compaction
-from memwal_pipelines.assets import read_status, region_observation, status_materialization
+from memwal_core.services.status import status_since
+from memwal_pipelines.assets import region_observation, status_materialization
 from memwal_pipelines.jobs import TableJobs
 from memwal_pipelines.keys import TableKeys
 from memwal_pipelines.resources import MemWalResource
+from memwal_pipelines.status_view import StatusView
 
 # Dagster's tags for a run over a range of partitions (a single-run backfill sets the same).
 PARTITION_RANGE_START = "dagster/asset_partition_range_start"
@@ -68,22 +72,26 @@ class FlushedCursor:
 
     `regions`: per region, "latest flushed:merged" as last observed. `status_digest`
     and `status_at`: the regions' state the last recorded status showed, and when.
+    `seen`: per region, the manifest version and backlog the last tick read.
     """
 
     regions: Mapping[str, str]
     status_digest: str = ""
     status_at: float = 0.0
+    seen: Mapping[str, tuple[int, RegionBacklog]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, text: str | None) -> FlushedCursor:
         data = json.loads(text) if text else {}
         if "regions" not in data:  # a cursor written before the sensor recorded the status
             return cls(regions=data)
-        return cls(data["regions"], data["status"]["digest"], data["status"]["at"])
+        seen = {r: (int(v[0]), RegionBacklog.from_list(r, v[1:])) for r, v in data.get("seen", {}).items()}
+        return cls(data["regions"], data["status"]["digest"], data["status"]["at"], seen)
 
     def dump(self) -> str:
         status = {"digest": self.status_digest, "at": self.status_at}
-        return json.dumps({"regions": dict(self.regions), "status": status})
+        seen = {r: [version, *backlog.to_list()] for r, (version, backlog) in self.seen.items()}
+        return json.dumps({"regions": dict(self.regions), "status": status, "seen": seen})
 
     @staticmethod
     def state_digest(state: Mapping[str, str]) -> str:
@@ -120,11 +128,14 @@ def flushed_generations_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefini
     )
     def flushed_generations(context: SensorEvaluationContext, memwal: MemWalResource) -> SensorResult:
         cursor = FlushedCursor.load(context.cursor)
+        started = time.perf_counter()
         with memwal.open(table.name) as opened:
-            view = read_status(opened)
-        found = view.backlog
-        # Per region, "latest flushed:merged": a region is observed again whenever either changes.
-        state = {r.region: f"{r.latest_flushed}:{r.merged_generation}" for r in found.regions}
+            read = backlog_since(opened, cursor.seen)
+            found = read.backlog
+            # Per region, "latest flushed:merged": a region is observed again whenever either changes.
+            state = {r.region: f"{r.latest_flushed}:{r.merged_generation}" for r in found.regions}
+            due = cursor.status_due(state, found.read_at, table.status_interval_seconds)
+            view = StatusView(status_since(opened, read, started), found) if due else None
         known = set(context.instance.get_dynamic_partitions(keys.regions_name))
         new_regions = [r.region for r in found.regions if r.region not in known]
         events: list[AssetObservation | AssetMaterialization] = [
@@ -133,7 +144,7 @@ def flushed_generations_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefini
             if cursor.regions.get(r.region) != state[r.region]
         ]
         recorded = cursor.status_digest, cursor.status_at
-        if cursor.status_due(state, found.read_at, table.status_interval_seconds):
+        if view is not None:
             events.append(status_materialization(keys, view))
             recorded = cursor.state_digest(state), found.read_at
         queued = context.instance.get_runs_count(RunsFilter(job_name=jobs.merge.name, statuses=QUEUED))
@@ -143,7 +154,11 @@ def flushed_generations_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefini
             run_requests=runs,
             dynamic_partitions_requests=[keys.regions.build_add_request(new_regions)] if new_regions else [],
             asset_events=events,
-            cursor=FlushedCursor({**cursor.regions, **state}, *recorded).dump(),
+            cursor=FlushedCursor(
+                {**cursor.regions, **state},
+                *recorded,
+                seen={r.region: (read.manifest_versions[r.region], r) for r in found.regions},
+            ).dump(),
         )
 
     return flushed_generations

@@ -5,6 +5,12 @@ are slow and only eventually consistent on some stores): read the best-effort
 `version_hint.json`, then probe forward with HEAD requests, first one, then
 growing parallel batches. With a current hint that is three requests per
 region: the hint, one HEAD, the manifest.
+
+A caller that already knows a version (from the region snapshot, a sensor's
+cursor or a listing it made) skips the hint: one HEAD and the manifest; one
+HEAD alone when it also holds that version's manifest (versions never
+change once written). A known version is only a hint: the HEAD verifies it,
+and a version that is gone falls back to the hint file.
 """
 
 from __future__ import annotations
@@ -112,8 +118,26 @@ class RegionManifestStore:
             self.store, self.path, version, what=f"region {self.region} manifest version", where=self.dir
         )
 
-    def read_latest(self) -> RegionManifest:
-        """The newest manifest; NotFoundError if the region has none."""
+    def moved_since(self, version: int) -> bool:
+        """Whether a version after `version` exists (one HEAD): if not, `version` is still the latest.
+
+        GC never deletes the latest version, so a missing next one proves it.
+        """
+        return self.store.exists(self.path(version + 1))
+
+    def read_latest(self, known: int | RegionManifest | None = None) -> RegionManifest:
+        """The newest manifest; NotFoundError if the region has none.
+
+        `known`: a version believed to exist (or its manifest), where probing starts instead of the hint.
+        """
+        if known is not None:
+            version = known if isinstance(known, int) else known.version
+            if version >= 1:
+                latest = self._probe_from(version)
+                if latest == version and isinstance(known, RegionManifest):
+                    return known
+                with contextlib.suppress(NotFoundError):  # gone (GC) or never there: use the hint
+                    return self.read(latest)
         hint = self.read_hint()
         start = hint if hint is not None else 1
         latest = self._probe_from(start)

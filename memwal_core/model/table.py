@@ -184,14 +184,16 @@ class MemWalTable:
     def region_store(self, region: str) -> RegionManifestStore:
         return RegionManifestStore(self.store, region)
 
-    def read_region(self, region: str) -> RegionManifest | None:
+    def read_region(self, region: str, known: int | RegionManifest | None = None) -> RegionManifest | None:
         """The region's latest manifest; None for a region with no manifest yet.
+
+        `known`: a version believed current, or its manifest (see `RegionManifestStore.read_latest`).
 
         A region with flushed generations but no manifest is corrupt, not new:
         its writer claimed it (manifest version 1) before its first flush.
         """
         try:
-            return self.region_store(region).read_latest()
+            return self.region_store(region).read_latest(known)
         except NotFoundError:
             generations = [
                 d
@@ -205,10 +207,19 @@ class MemWalTable:
                 ) from None
             return None
 
-    def read_regions(self, regions: Iterable[str] | None = None) -> dict[str, RegionManifest | None]:
-        """Latest manifest of each region (None for a region with no manifest yet), in parallel."""
+    def read_regions(
+        self,
+        regions: Iterable[str] | None = None,
+        known: Mapping[str, int | RegionManifest] | None = None,
+    ) -> dict[str, RegionManifest | None]:
+        """Latest manifest of each region (None for a region with no manifest yet), in parallel.
+
+        `known`: per region, a version believed current or its manifest (hints, verified).
+        """
         ids = list(regions) if regions is not None else self.region_ids()
-        return dict(zip(ids, self.store.map(self.read_region, ids), strict=True))
+        hints = known or {}
+        found = self.store.map(lambda region: self.read_region(region, hints.get(region)), ids)
+        return dict(zip(ids, found, strict=True))
 
     def close(self) -> None:
         self.store.close()

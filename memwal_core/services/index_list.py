@@ -37,6 +37,7 @@ from memwal_core.model.details_lease import details_lease
 from memwal_core.model.indexes import MaintainedIndexes, read_maintained
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.result import Failure
+from memwal_core.services.snapshot.stored import snapshot_hints
 
 
 @dataclass(frozen=True)
@@ -80,12 +81,15 @@ def _generation_indexes(table: MemWalTable, region: str, path: str) -> set[str] 
         return None
 
 
-def _readable_regions(table: MemWalTable) -> tuple[dict[str, RegionManifest | None], list[Failure]]:
+def _readable_regions(
+    table: MemWalTable, details: IndexDetails
+) -> tuple[dict[str, RegionManifest | None], list[Failure]]:
     """Every region's latest manifest, and the error of each region whose manifest cannot be read."""
+    hints = snapshot_hints(table, details)
 
     def read(region: str) -> RegionManifest | MemwalError | None:
         try:
-            return table.read_region(region)
+            return table.read_region(region, hints.get(region))
         except MemwalError as exc:
             return exc
 
@@ -110,7 +114,7 @@ def uncovered_generations(
     """
     if not names:
         return {}, []
-    manifests, unreadable = _readable_regions(table)
+    manifests, unreadable = _readable_regions(table, details)
     visits: list[tuple[str, int, str, list[str]]] = []
     for region, manifest in sorted(manifests.items()):
         for g in manifest.generations if manifest is not None else ():

@@ -20,7 +20,7 @@ from memwal_core.arguments import checked
 from memwal_core.errors import CorruptMetadataError, NotFoundError
 from memwal_core.model.indexes import read_maintained
 from memwal_core.model.table import MemWalTable
-from memwal_core.services.snapshot.stored import read_stored_snapshot
+from memwal_core.services.snapshot.stored import read_hinted, read_stored_snapshot
 
 if TYPE_CHECKING:
     from lance.mem_wal import LsmPointLookupPlanner, LsmScanner, ShardSnapshot
@@ -70,7 +70,7 @@ def plan_read(table: MemWalTable, *, index: str | None = None, from_snapshot: bo
     else:
         states = [
             (m.region, m.spec_id, m.current_generation, tuple((g.generation, g.path) for g in m.generations))
-            for _region, m in sorted(table.read_regions().items())
+            for _region, m in sorted(read_hinted(table, details).items())
             if m is not None
         ]
     regions = []

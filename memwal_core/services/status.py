@@ -11,8 +11,9 @@ from memwal_core.arguments import checked
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.table import MemWalTable
-from memwal_core.services.backlog import TableBacklog, backlog_of
+from memwal_core.services.backlog import SeenBacklog, TableBacklog, backlog_of
 from memwal_core.services.result import ServiceResult
+from memwal_core.services.snapshot.stored import read_hinted
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ def status(table: MemWalTable) -> TableStatus:
     """Read the status of every region (region manifests are read in parallel)."""
     started = time.perf_counter()
     version = table.dataset().version
-    return status_of(table, version, table.index_details(version), table.read_regions(), started)
+    details = table.index_details(version)
+    return status_of(table, version, details, read_hinted(table, details), started)
 
 
 def status_and_backlog(table: MemWalTable) -> tuple[TableStatus, TableBacklog]:
@@ -66,9 +68,16 @@ def status_and_backlog(table: MemWalTable) -> tuple[TableStatus, TableBacklog]:
     started = time.perf_counter()
     version = table.dataset().version
     details = table.index_details(version)
-    manifests = table.read_regions()
+    manifests = read_hinted(table, details)
     found = status_of(table, version, details, manifests, started)
     return found, backlog_of(table, version, details, manifests)
+
+
+def status_since(table: MemWalTable, read: SeenBacklog, started: float) -> TableStatus:
+    """The status at a backlog read: the regions it did not re-read are read now, from its versions."""
+    missing = [r for r in read.manifest_versions if r not in read.manifests]
+    manifests = {**read.manifests, **table.read_regions(missing, known=read.manifest_versions)}
+    return status_of(table, read.backlog.table_version, read.details, manifests, started)
 
 
 def status_of(

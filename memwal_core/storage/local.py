@@ -6,7 +6,7 @@ import contextlib
 import os
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -16,12 +16,14 @@ from memwal_core.storage.object_store import ObjectInfo, ObjectStore
 T = TypeVar("T")
 # The temp file `_stage` writes before renaming or linking it into place.
 _TEMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
+# Local requests have no latency to hide: threads beyond this only contend for the GIL.
+LOCAL_PARALLELISM = 16
 
 
 class LocalStore(ObjectStore):
     """A directory on the local file system."""
 
-    def __init__(self, root: Path, *, parallelism: int = 16) -> None:
+    def __init__(self, root: Path, *, parallelism: int = LOCAL_PARALLELISM) -> None:
         super().__init__(str(root), parallelism=parallelism)
         self.root = root
 
@@ -141,10 +143,11 @@ class LocalStore(ObjectStore):
     def delete(self, path: str) -> None:
         self._io("delete", path, lambda: self._path(path).unlink(missing_ok=True))
 
-    def delete_tree(self, path: str) -> list[ObjectInfo]:
-        deleted = super().delete_tree(path)
+    def delete_trees(self, paths: Sequence[str]) -> list[list[ObjectInfo]]:
+        deleted = super().delete_trees(paths)
         # Directories are not objects: drop the emptied ones, or listings would still show them.
-        for dirpath, _dirs, _files in os.walk(self._path(path), topdown=False):
-            with contextlib.suppress(OSError):
-                os.rmdir(dirpath)
+        for path in paths:
+            for dirpath, _dirs, _files in os.walk(self._path(path), topdown=False):
+                with contextlib.suppress(OSError):
+                    os.rmdir(dirpath)
         return deleted

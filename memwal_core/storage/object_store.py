@@ -144,8 +144,12 @@ class ObjectStore(ABC):
 
         Re-running finishes a partial delete.
         """
-        found = self.list_files(path, recursive=True)
-        self.delete_many([info.path for info in found])
+        return self.delete_trees([path])[0]
+
+    def delete_trees(self, paths: Sequence[str]) -> list[list[ObjectInfo]]:
+        """Delete every object below each of `paths`, in as few batch deletes as the store allows."""
+        found = [self.list_files(path, recursive=True) for path in paths]
+        self.delete_many([info.path for tree in found for info in tree])
         return found
 
     def close(self) -> None:

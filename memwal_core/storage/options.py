@@ -90,7 +90,15 @@ _LANCE_KEYS = [
     "expires_at_millis",
     "refresh_offset_millis",
 ]
-KNOWN_KEYS = frozenset([*_S3_KEYS, *(f"aws_{k}" for k in _S3_KEYS), *_CLIENT_KEYS, *_LANCE_KEYS])
+# memwal's own options: never handed to Lance.
+MAX_CONCURRENT_REQUESTS = "max_concurrent_requests"
+# Requests memwal keeps in flight at once: enough to hide a cloud store's ~20 ms per request.
+DEFAULT_CONCURRENT_REQUESTS = 64
+CONCURRENT_REQUESTS_LIMIT = 1024
+_MEMWAL_KEYS = [MAX_CONCURRENT_REQUESTS]
+KNOWN_KEYS = frozenset(
+    [*_S3_KEYS, *(f"aws_{k}" for k in _S3_KEYS), *_CLIENT_KEYS, *_LANCE_KEYS, *_MEMWAL_KEYS]
+)
 # Lance scopes an option to one registered base path as `base_<id>.<key>`.
 _BASE_SCOPED = re.compile(r"^base_\d+\.")
 
@@ -138,6 +146,7 @@ class StorageOptions(Mapping[str, str]):
         check_known(values)
         options = cls(values)
         options.time_limits()
+        options.max_concurrent_requests()
         return options
 
     def __getitem__(self, key: str) -> str:
@@ -172,9 +181,29 @@ class StorageOptions(Mapping[str, str]):
         """How long memwal's own requests may take (the same limits Lance is handed)."""
         return time_limits(self._values)
 
+    def max_concurrent_requests(self, default: int = DEFAULT_CONCURRENT_REQUESTS) -> int:
+        """How many requests memwal's own object store keeps in flight at once (option `max_concurrent_requests`).
+
+        Every per-region phase (plans, leases, generation opens, GC listings and deletes) runs on
+        this many threads, so on a store with latency L a phase over N regions takes about N * L / this.
+        """
+        raw = self._values.get(MAX_CONCURRENT_REQUESTS)
+        if raw is None:
+            return default
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            value = 0
+        if not 1 <= value <= CONCURRENT_REQUESTS_LIMIT:
+            raise BadInputError(
+                f"storage option {MAX_CONCURRENT_REQUESTS}={raw!r} is not a whole number "
+                f"from 1 to {CONCURRENT_REQUESTS_LIMIT}"
+            )
+        return value
+
     def as_dict(self) -> dict[str, str]:
-        """A plain dict for Lance's `storage_options=`, with memwal's default time limits."""
-        return with_lance_defaults(self._values)
+        """A plain dict for Lance's `storage_options=`, with memwal's default time limits (none of memwal's own)."""
+        return with_lance_defaults({k: v for k, v in self._values.items() if k not in _MEMWAL_KEYS})
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, StorageOptions) and other._values == self._values

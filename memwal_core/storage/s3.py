@@ -10,7 +10,7 @@ import urllib3
 
 from memwal_core.errors import AlreadyExistsError, NotFoundError, StorageError
 from memwal_core.storage.object_store import ObjectInfo, ObjectStore, join_path
-from memwal_core.storage.options import StorageOptions
+from memwal_core.storage.options import DEFAULT_CONCURRENT_REQUESTS, StorageOptions
 from memwal_core.storage.retry import RetryPolicy
 from memwal_core.storage.s3_http import ListPage, S3HttpError, SignedHttp
 
@@ -55,8 +55,7 @@ class S3Store(ObjectStore):
         prefix: str,
         options: StorageOptions,
         *,
-        # Requests are mostly Python CPU (signing) under the GIL; more threads only contend.
-        parallelism: int = 32,
+        parallelism: int = DEFAULT_CONCURRENT_REQUESTS,
         retry: RetryPolicy | None = None,
     ) -> None:
         super().__init__(f"s3://{join_path(bucket, prefix)}", parallelism=parallelism)
@@ -222,16 +221,18 @@ class S3Store(ObjectStore):
 
         self.map(delete_batch, batches)
 
-    def delete_tree(self, path: str) -> list[ObjectInfo]:
-        found = self.list_files(path, recursive=True)
-        files = [info.path for info in found]
-        # Some S3 servers (SeaweedFS) keep emptied folders as listable prefixes unless
-        # their "dir/" keys are deleted too; on AWS these keys are absent and cost nothing.
-        folders = {path} | {f.rsplit("/", 1)[0] for f in files}
-        for folder in list(folders):
-            while folder.startswith(f"{path}/"):
-                folder = folder.rsplit("/", 1)[0]
-                folders.add(folder)
-        markers = [f"{folder}/" for folder in sorted(folders, key=lambda f: -f.count("/"))]
-        self.delete_many(files + markers)
+    def delete_trees(self, paths: Sequence[str]) -> list[list[ObjectInfo]]:
+        found = [self.list_files(path, recursive=True) for path in paths]
+        keys: list[str] = []
+        for path, tree in zip(paths, found, strict=True):
+            files = [info.path for info in tree]
+            # Some S3 servers (SeaweedFS) keep emptied folders as listable prefixes unless
+            # their "dir/" keys are deleted too; on AWS these keys are absent and cost nothing.
+            folders = {path} | {f.rsplit("/", 1)[0] for f in files}
+            for folder in list(folders):
+                while folder.startswith(f"{path}/"):
+                    folder = folder.rsplit("/", 1)[0]
+                    folders.add(folder)
+            keys += files + [f"{folder}/" for folder in sorted(folders, key=lambda f: -f.count("/"))]
+        self.delete_many(keys)
         return found

@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from memwal_core.errors import BadInputError
-from memwal_core.storage.local import LocalStore
+from memwal_core.storage.local import LOCAL_PARALLELISM, LocalStore
 from memwal_core.storage.object_store import ObjectStore
 from memwal_core.storage.options import StorageOptions
 from memwal_core.storage.s3 import S3Store
@@ -71,5 +71,7 @@ def open_store(uri: str, options: StorageOptions | None = None) -> ObjectStore:
     uri = normalize_uri(uri)
     if uri.startswith("s3://"):
         bucket, _, prefix = uri[len("s3://") :].partition("/")
-        return S3Store(bucket, prefix, options)
-    return LocalStore(Path(uri).expanduser().absolute())
+        return S3Store(bucket, prefix, options, parallelism=options.max_concurrent_requests())
+    return LocalStore(
+        Path(uri).expanduser().absolute(), parallelism=options.max_concurrent_requests(LOCAL_PARALLELISM)
+    )

@@ -11,7 +11,6 @@ versions, or nothing changed: every later run, reader and writer copes.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from memwal_core.errors import AlreadyExistsError, ConflictError
@@ -22,7 +21,6 @@ from memwal_core.storage.object_store import ObjectStore
 
 # Lance's writer also gives up after 10 collisions.
 MAX_PRUNE_ATTEMPTS = 10
-DIRECTORY_THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -67,13 +65,15 @@ def execute_region(store: ObjectStore, manifests: RegionManifestStore, plan: Reg
     """Apply one region's plan (see the module docstring for the order)."""
     region_dir = f"{MEM_WAL_DIR}/{plan.region}"
     pruned_in = prune_generations(manifests, {d.path for d in plan.prune}) if plan.prune else None
-    # Directories in parallel on threads of their own (the store's pool serves the deletes).
-    with ThreadPoolExecutor(DIRECTORY_THREADS, thread_name_prefix="memwal-gc-dirs") as pool:
-        trees = list(pool.map(store.delete_tree, [f"{region_dir}/{d.path}" for d in plan.deleted_dirs]))
+    # Every directory's objects in shared batch deletes, then the WAL entries and abandoned uploads.
+    trees = (
+        store.delete_trees([f"{region_dir}/{d.path}" for d in plan.deleted_dirs]) if plan.deleted_dirs else []
+    )
     objects = sum(len(tree) for tree in trees)
     wal_dir = f"{region_dir}/{REGION_WAL_DIR}"
-    store.delete_many([f"{wal_dir}/{wal_entry_name(p)}" for p in plan.wal_delete])
-    store.delete_many(list(plan.wal_temp_delete))
+    wal = [f"{wal_dir}/{wal_entry_name(p)}" for p in plan.wal_delete] + list(plan.wal_temp_delete)
+    if wal:
+        store.delete_many(wal)
     if plan.manifest_delete:
         # Readers start probing at the hint: it must name a version that stays.
         manifests.write_hint(max(pruned_in or 0, plan.manifest_version))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -17,6 +16,8 @@ from memwal_core.errors import MemwalError, MemWalNotEnabledError, NotFoundError
 from memwal_core.format.naming import (
     LEASE_DIR,
     MEM_WAL_DIR,
+    REGION_MANIFEST_DIR,
+    REGION_MANIFEST_SUFFIX,
     REGION_WAL_DIR,
     STAGING_DIR,
     WAL_SUFFIX,
@@ -36,8 +37,7 @@ from memwal_core.services.gc.rules import (
 )
 from memwal_core.services.gc.wal import plan_wal
 from memwal_core.services.result import Failure
-
-REGION_THREADS = 8
+from memwal_core.storage.object_store import ObjectInfo, ObjectStore
 
 
 @dataclass(frozen=True)
@@ -161,15 +161,50 @@ def first_unlisting_version(
     return versions[lo]
 
 
+@dataclass(frozen=True)
+class RegionListing:
+    """Everything stored under one region's directory, from one recursive LIST (paged past 1,000 objects)."""
+
+    manifest_versions: dict[int, float]
+    generation_dirs: dict[str, list[ObjectInfo]]
+    wal_files: list[ObjectInfo]
+
+    @classmethod
+    def read(cls, store: ObjectStore, region: str) -> RegionListing:
+        region_dir = f"{MEM_WAL_DIR}/{region}"
+        versions: dict[int, float] = {}
+        dirs: dict[str, list[ObjectInfo]] = {}
+        wal: list[ObjectInfo] = []
+        for info in store.list_files(region_dir, recursive=True):
+            top, _, rest = info.path[len(region_dir) + 1 :].partition("/")
+            if not rest or rest.endswith("/"):
+                continue
+            if top == REGION_MANIFEST_DIR:
+                if rest.endswith(REGION_MANIFEST_SUFFIX) and "/" not in rest:
+                    versions[parse_bitrev64(rest[: -len(REGION_MANIFEST_SUFFIX)])] = info.mtime
+            elif top == REGION_WAL_DIR:
+                if "/" not in rest:
+                    wal.append(info)
+            elif generation_from_dir_name(top) is not None:
+                dirs.setdefault(top, []).append(info)
+        return cls(versions, dirs, wal)
+
+
 def plan_region(
     table: MemWalTable, region: str, bounds: RegionBounds, policy: GcPolicy, now: float
 ) -> RegionGcPlan | None:
-    """The plan of one region; None if it has no manifest yet."""
+    """The plan of one region; None if it has no manifest yet.
+
+    One LIST of the region's directory, then its latest manifest, found from the newest
+    listed version (verified by one HEAD). The listing comes first: every directory it
+    shows existed before that manifest was read, so the manifest says whether it is listed.
+    """
     store = table.store
     manifests = table.region_store(region)
-    # Read before listing directories: a directory flushed after this read is young or in flight.
+    listing = RegionListing.read(store, region)
+    stored = listing.manifest_versions
     # None: not claimed yet; generations without a manifest are corrupt, and fail the region.
-    latest = table.read_region(region)
+    latest = table.read_region(region, max(stored, default=None))
     if latest is None:
         return None
     grace = policy.grace_seconds
@@ -186,19 +221,17 @@ def plan_region(
             kept.append(KeptGeneration(region, g.generation, g.path, reason))
 
     region_dir = f"{MEM_WAL_DIR}/{region}"
-    stored = manifests.stored_versions()
     versions = sorted({*(v for v in stored if v <= latest.version), latest.version})
     read = _VersionReader(manifests, latest)
     delete_dirs: list[GenerationDir] = []
     pinned: list[int] = []  # manifest versions that time a grace period still running
-    for name in store.list_dirs(region_dir):
+    for name, files in sorted(listing.generation_dirs.items()):
         generation = generation_from_dir_name(name)
         if generation is None or name in listed:
             continue
         if generation >= latest.current_generation:
             kept.append(KeptGeneration(region, generation, name, FLUSH_IN_PROGRESS))
             continue
-        files = store.list_files(f"{region_dir}/{name}", recursive=True)
         dropped_in = first_unlisting_version(versions, read, generation, name)
         before = dropped_in - 1
         orphan = before not in stored or name not in {g.path for g in read(before).generations}
@@ -210,7 +243,7 @@ def plan_region(
             pinned.append(dropped_in)
 
     wal_dir = f"{region_dir}/{REGION_WAL_DIR}"
-    wal_files = store.list_files(wal_dir)
+    wal_files = listing.wal_files
     entries = {
         parse_bitrev64(info.path.rsplit("/", 1)[-1][: -len(WAL_SUFFIX)]): info
         for info in wal_files
@@ -277,9 +310,8 @@ def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -
         except MemwalError as exc:
             return Failure.of(exc, region)
 
-    # Regions get their own threads: planning one uses the store's I/O pool itself.
-    with ThreadPoolExecutor(REGION_THREADS, thread_name_prefix="memwal-gc") as pool:
-        outcomes = list(pool.map(plan_one, regions))
+    # One region per thread of the store's pool (`max_concurrent_requests`); its requests run in turn.
+    outcomes = table.store.map(plan_one, regions)
     return GcPlan(
         table_uri=table.uri,
         table_version=dataset.version,

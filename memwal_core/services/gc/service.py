@@ -6,11 +6,11 @@ is the one thing a maintenance service cannot undo.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -18,7 +18,7 @@ from memwal_core.arguments import checked
 from memwal_core.errors import MemwalError
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.execute import RegionGcOutcome, execute_region
-from memwal_core.services.gc.plan import REGION_THREADS, GcPlan, GenerationDir, plan_gc
+from memwal_core.services.gc.plan import GcPlan, GenerationDir, RegionGcPlan, plan_gc
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.result import NOT_IN_JSON, Failure, ServiceResult
 
@@ -110,29 +110,31 @@ def gc(
     failures = list(plan.failures)
     work = [p for p in plan.regions if p.has_work]
     if not dry_run:
-        # Regions are independent; each one's steps stay in order on one thread.
-        with ThreadPoolExecutor(REGION_THREADS, thread_name_prefix="memwal-gc") as pool:
-            futures = {
-                pool.submit(execute_region, table.store, table.region_store(p.region), p): p.region
-                for p in work
-            }
-            for done, future in enumerate(as_completed(futures), start=1):
-                region = futures[future]
-                try:
-                    outcome = future.result()
-                except MemwalError as exc:
-                    failures.append(Failure.of(exc, region))
-                    continue
-                outcomes.append(outcome)
-                log.info(
-                    "region %s: %d directories, %d WAL entries, %d manifest versions deleted",
-                    region,
-                    len(outcome.deleted_dirs),
-                    outcome.wal_deleted,
-                    outcome.manifest_versions_deleted,
-                )
-                if progress is not None:
-                    progress(done, len(work), region)
+        # Regions are independent, one per thread of the store's pool; each one's steps stay in order.
+        done = itertools.count(1)
+
+        def run(region_plan: RegionGcPlan) -> RegionGcOutcome | Failure:
+            region = region_plan.region
+            try:
+                outcome = execute_region(table.store, table.region_store(region), region_plan)
+            except MemwalError as exc:
+                return Failure.of(exc, region)
+            log.info(
+                "region %s: %d directories, %d WAL entries, %d manifest versions deleted",
+                region,
+                len(outcome.deleted_dirs),
+                outcome.wal_deleted,
+                outcome.manifest_versions_deleted,
+            )
+            if progress is not None:
+                progress(next(done), len(work), region)
+            return outcome
+
+        for result in table.store.map(run, work):
+            if isinstance(result, Failure):
+                failures.append(result)
+            else:
+                outcomes.append(result)
         if plan.stale_staging:
             table.store.delete_many([path for path, _size in plan.stale_staging])
             log.info("%d abandoned staging file(s) deleted", len(plan.stale_staging))

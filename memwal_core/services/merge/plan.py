@@ -22,6 +22,7 @@ from memwal_core.format.naming import MEM_WAL_DIR
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.result import Failure, to_jsonable
+from memwal_core.services.snapshot.stored import snapshot_hints
 from memwal_core.storage.object_store import absolute_uri
 
 
@@ -167,11 +168,12 @@ def plan_merge(
     plans: list[RegionMergePlan] = []
     failures: list[Failure] = []
     ids = wanted if wanted is not None else table.region_ids()
+    hints = snapshot_hints(table, details)
 
     def plan_one(region: str) -> RegionMergePlan | MemwalError | None:
         """One region's plan; a region that cannot be read or planned fails alone."""
         try:
-            manifest = table.read_region(region)
+            manifest = table.read_region(region, hints.get(region))
             if manifest is None:
                 return None
             return region_plan(table, manifest, details.merged_generation(region), max_generations)

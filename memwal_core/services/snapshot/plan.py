@@ -11,6 +11,7 @@ from memwal_core.format.region_snapshot import RegionSnapshotRow, decode_field_v
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.table import MemWalTable
 from memwal_core.model.wal import last_wal_position
+from memwal_core.services.snapshot.stored import read_hinted
 
 DEFAULT_INLINE_THRESHOLD = 100
 
@@ -60,8 +61,9 @@ def plan_snapshot(table: MemWalTable, *, inline_threshold: int = DEFAULT_INLINE_
     if inline_threshold < 0:
         raise BadInputError(f"--inline-threshold must be at least 0, not {inline_threshold}")
     read_at = int(time.time() * 1000)
-    field_types = region_field_types(table.index_details().to_proto().sharding_specs)
-    manifests = [m for _region, m in sorted(table.read_regions().items()) if m is not None]
+    details = table.index_details()
+    field_types = region_field_types(details.to_proto().sharding_specs)
+    manifests = [m for _region, m in sorted(read_hinted(table, details).items()) if m is not None]
     positions = table.store.map(lambda m: last_wal_position(table.store, m), manifests)
     rows = tuple(snapshot_row(m, p, field_types) for m, p in zip(manifests, positions, strict=True))
     stale = tuple(

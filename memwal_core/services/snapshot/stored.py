@@ -8,12 +8,14 @@ so we find that commit by walking back while the snapshot stays the same.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from memwal_core.errors import MemWalNotEnabledError, NotFoundError
+from memwal_core.errors import MemwalError, MemWalNotEnabledError, NotFoundError
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.naming import region_snapshot_path
 from memwal_core.format.region_snapshot import RegionSnapshotRow, decode, from_arrow
+from memwal_core.format.regions import RegionManifest
 from memwal_core.model.table import MemWalTable
 
 
@@ -26,10 +28,19 @@ class StoredSnapshot:
     rows: tuple[RegionSnapshotRow, ...]
 
 
-def _writing_commit(table: MemWalTable, details: IndexDetails) -> IndexDetails:
-    """The details of the commit that wrote the (file) snapshot `details` carries."""
+# Hints are worth this many table manifest reads (each is one request) to find the snapshot file.
+HINT_WALK_LIMIT = 8
+
+
+def _writing_commit(table: MemWalTable, details: IndexDetails, *, limit: int | None = None) -> IndexDetails:
+    """The details of the commit that wrote the (file) snapshot `details` carries.
+
+    NotFoundError when `limit` steps back do not reach it.
+    """
     writer = details
     while writer.table_version > 1:
+        if limit is not None and details.table_version - writer.table_version >= limit:
+            raise NotFoundError(f"the region snapshot of table {table.uri} is more than {limit} commits old")
         try:
             previous = table.index_details(writer.table_version - 1)
         except (NotFoundError, MemWalNotEnabledError):
@@ -40,13 +51,15 @@ def _writing_commit(table: MemWalTable, details: IndexDetails) -> IndexDetails:
     return writer
 
 
-def read_stored_snapshot(table: MemWalTable, details: IndexDetails) -> StoredSnapshot:
+def read_stored_snapshot(
+    table: MemWalTable, details: IndexDetails, *, walk_limit: int | None = None
+) -> StoredSnapshot:
     """The snapshot recorded in `details`; NotFoundError if that version has none (or its file is gone)."""
     if details.has_inline_snapshot:
         data = details.to_proto().inline_snapshots
         where = f"inline in {table.uri} version {details.table_version}"
     elif details.snapshot_ts_millis:
-        path = region_snapshot_path(_writing_commit(table, details).index_uuid)
+        path = region_snapshot_path(_writing_commit(table, details, limit=walk_limit).index_uuid)
         where = table.store.describe(path)
         try:
             data = table.store.read(path)
@@ -61,3 +74,23 @@ def read_stored_snapshot(table: MemWalTable, details: IndexDetails) -> StoredSna
         )
     rows = tuple(from_arrow(decode(data, where=where)))
     return StoredSnapshot(details.table_version, details.snapshot_ts_millis, rows)
+
+
+def snapshot_hints(table: MemWalTable, details: IndexDetails) -> dict[str, int]:
+    """Each region's manifest version as the stored snapshot recorded it: where reading its latest starts.
+
+    Only hints (`MemWalTable.read_regions` verifies each with one HEAD), so any snapshot that
+    cannot be read cheaply gives none: every region then reads its version hint file instead.
+    """
+    try:
+        stored = read_stored_snapshot(table, details, walk_limit=HINT_WALK_LIMIT)
+    except MemwalError:
+        return {}
+    return {row.region: row.version for row in stored.rows}
+
+
+def read_hinted(
+    table: MemWalTable, details: IndexDetails, regions: Iterable[str] | None = None
+) -> dict[str, RegionManifest | None]:
+    """Every region's (or the named regions') latest manifest, starting from the snapshot's versions."""
+    return table.read_regions(regions, known=snapshot_hints(table, details))

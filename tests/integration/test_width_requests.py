@@ -1,0 +1,178 @@
+"""Storage requests per region on S3, counted by a proxy in front of SeaweedFS.
+
+On a store with ~20 ms per request, a command's time at width is its
+requests per region; these pin the bounds (status, gc, merge, the sensor
+tick), and that a stale version hint never gives a wrong answer.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+from dagster import AssetObservation, DagsterInstance, SensorResult, build_sensor_context
+
+from memwal_core.format.naming import MEM_WAL_DIR, REGION_MANIFEST_DIR, VERSION_HINT_FILE
+from memwal_core.model.table import MemWalTable
+from memwal_core.services.gc.rules import GcPolicy
+from memwal_core.services.gc.service import gc
+from memwal_core.services.merge.service import merge
+from memwal_core.services.snapshot.service import build_snapshot
+from memwal_core.services.status import status
+from memwal_core.storage.options import StorageOptions
+from memwal_pipelines.config import TableConfig
+from memwal_pipelines.definitions import build_definitions
+from tests.support.proxy import LatencyProxy
+
+REGIONS = 12
+# Plan (2), the lease (take: LIST, PUT; give back: PUT), Lance opening the generation (3).
+MERGE_REQUESTS = 8
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+        pa.field("n", pa.int64()),
+    ]
+)
+
+
+@pytest.fixture
+def proxy(seaweed: Any) -> Iterator[LatencyProxy]:
+    with LatencyProxy(seaweed.ports["s3.port"]) as counting:
+        yield counting
+
+
+def put_region(uri: str, options: dict[str, str], region: str, keys: np.ndarray) -> None:
+    """One flushed generation of `keys` in `region`, through Lance's own writer."""
+    with lance.dataset(uri, storage_options=options).mem_wal_writer(
+        region, max_memtable_rows=10_000
+    ) as writer:
+        writer.put(pa.table({"id": keys, "n": keys * 10 + 1}, schema=SCHEMA))
+
+
+def wide_table(options: dict[str, str]) -> tuple[str, list[str]]:
+    """A small base table and REGIONS regions of one generation each."""
+    uri = f"s3://memwal-test/width/{uuid.uuid4().hex}"
+    ids = np.arange(1000, dtype=np.int64)
+    dataset = lance.write_dataset(
+        pa.table({"id": ids, "n": ids}, schema=SCHEMA), uri, storage_options=options
+    )
+    dataset.initialize_mem_wal()
+    regions = [str(uuid.uuid4()) for _ in range(REGIONS)]
+    for number, region in enumerate(regions):
+        put_region(uri, options, region, ids[number::REGIONS][:20])
+    return uri, regions
+
+
+def per_region(proxy: LatencyProxy, regions: list[str]) -> float:
+    """Requests since the last reset that named a region (its objects, its lease), per region."""
+    return proxy.naming(regions) / len(regions)
+
+
+def counted(
+    proxy: LatencyProxy, uri: str, options: dict[str, str], regions: list[str], run: Any
+) -> tuple[float, Any]:
+    """Requests per region `run(table)` makes through the proxy, and its result."""
+    proxy.reset()
+    with MemWalTable.open(uri, StorageOptions(options)) as table:
+        result = run(table)
+    return per_region(proxy, regions), result
+
+
+def tick(uri: str, options: dict[str, str], instance: DagsterInstance, cursor: str | None) -> SensorResult:
+    config = TableConfig(name="wide", uri=uri, storage_options_env="WIDTH_TEST_OPTIONS")
+    definitions = build_definitions([config])
+    sensor = definitions.resolve_sensor_def("wide_flushed_generations")
+    with build_sensor_context(instance=instance, cursor=cursor, resources=definitions.resources) as context:
+        result = sensor(context)
+    assert isinstance(result, SensorResult)
+    return result
+
+
+def test_requests_per_region_of_status_gc_merge(seaweed: Any, proxy: LatencyProxy) -> None:
+    uri, regions = wide_table(seaweed.storage_options())
+    options = proxy.storage_options(seaweed.storage_options())
+    with MemWalTable.open(uri, StorageOptions(options)) as table:
+        build_snapshot(table)
+
+    requests, found = counted(proxy, uri, options, regions, status)
+    assert found.pending_total == REGIONS
+    # The snapshot's versions are current: one HEAD and the manifest per region.
+    assert requests == 2, f"status: {requests} requests per region"
+
+    requests, report = counted(proxy, uri, options, regions, lambda t: gc(t, dry_run=True))
+    assert not report.failures and len(report.plan.regions) == REGIONS
+    # One LIST of the region, one HEAD past its newest manifest, the manifest.
+    assert requests == 3, f"gc --dry-run: {requests} requests per region"
+
+    requests, merged = counted(proxy, uri, options, regions, merge)
+    assert not merged.failures and merged.generations_merged == REGIONS
+    assert requests <= MERGE_REQUESTS, f"merge: {requests} requests per region"
+
+    # Nothing left to merge: every stale snapshot hint is still verified and the answer is right.
+    again = status(MemWalTable.open(uri, StorageOptions(options)))
+    assert again.pending_total == 0
+    assert {r.region for r in again.regions} == set(regions)
+
+
+def test_a_stale_hint_never_gives_a_wrong_answer(seaweed: Any, proxy: LatencyProxy) -> None:
+    options = seaweed.storage_options()
+    uri, regions = wide_table(options)
+    with MemWalTable.open(uri, StorageOptions(options)) as table:
+        build_snapshot(table)
+        snapshot_versions = {r.region: r.manifest_version for r in status(table).regions}
+    # After the snapshot: a second generation in one region (a newer manifest version) ...
+    moved = regions[0]
+    put_region(uri, options, moved, np.arange(5000, 5010, dtype=np.int64))
+    with MemWalTable.open(uri, StorageOptions(options)) as table:
+        # ... and version hint files that lie (GC may leave one behind; the writer may not have updated it).
+        for region in regions[1:3]:
+            table.store.write(
+                f"{MEM_WAL_DIR}/{region}/{REGION_MANIFEST_DIR}/{VERSION_HINT_FILE}", b'{"version":1}'
+            )
+        found = {r.region: r for r in status(table).regions}
+        truth = {r: table.region_store(r).read_latest() for r in regions}
+        assert found[moved].manifest_version > snapshot_versions[moved]
+        assert found[moved].flushed_generations == [1, 2] and found[moved].pending_generations == [1, 2]
+        for region in regions:
+            assert found[region].manifest_version == truth[region].version
+        # Hints that name a version long gone, one never written, and a far older one.
+        known: dict[str, int] = {regions[0]: 1, regions[1]: 10_000, regions[2]: 0}
+        read = table.read_regions(known=known)
+        assert {r: m.version for r, m in read.items() if m} == {r: m.version for r, m in truth.items()}
+        # GC of old manifest versions leaves the first version gone: a hint naming it still finds the latest.
+        gc(table, dry_run=False, policy=GcPolicy(grace_seconds=0, keep_manifest_versions=1))
+        latest = table.read_regions(known={moved: 1})[moved]
+        assert latest is not None and latest.generation_numbers == truth[moved].generation_numbers
+
+
+def test_sensor_tick_reads_only_what_changed(
+    seaweed: Any, proxy: LatencyProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    uri, regions = wide_table(seaweed.storage_options())
+    options = proxy.storage_options(seaweed.storage_options())
+    monkeypatch.setenv("WIDTH_TEST_OPTIONS", json.dumps(options))
+    instance = DagsterInstance.ephemeral()
+    first = tick(uri, options, instance, None)
+    observed = [e.partition for e in first.asset_events if isinstance(e, AssetObservation)]
+    assert sorted(p for p in observed if p) == sorted(regions)
+
+    proxy.reset()
+    quiet = tick(uri, options, instance, first.cursor)
+    # One HEAD per region (no newer manifest version).
+    assert per_region(proxy, regions) == 1, f"sensor tick: {per_region(proxy, regions)} requests per region"
+    assert not [e for e in quiet.asset_events if isinstance(e, AssetObservation)]
+
+    moved = regions[3]
+    put_region(uri, seaweed.storage_options(), moved, np.arange(7000, 7010, dtype=np.int64))
+    changed = tick(uri, options, instance, quiet.cursor)
+    events = [e for e in changed.asset_events if isinstance(e, AssetObservation)]
+    assert [e.partition for e in events] == [moved]
+    assert events[0].metadata["latest_flushed_generation"].value == 2
+    assert events[0].metadata["pending_generations"].value == 2

@@ -1,0 +1,110 @@
+"""TCP proxies on 127.0.0.1 in front of a test server: forward both ways, see each HTTP request.
+
+Requests are recognised by their request line at the start of a chunk the
+client sends, which holds for HTTP/1.1 clients that write each request's
+head in one go (Lance's object store and memwal's own S3 client do).
+Connections are held by threads in the test process; `close()` releases the
+port and every connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Collection
+
+from tests.support.service import LOOPBACK, InProcessListener
+
+_METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
+
+
+def request_line(chunk: bytes) -> str | None:
+    """The request line `chunk` starts with, if it starts an HTTP request."""
+    if not chunk.startswith(_METHODS):
+        return None
+    return chunk.split(b"\r\n", 1)[0].decode(errors="replace")
+
+
+class ForwardingProxy(InProcessListener):
+    """Forwards every connection to `upstream_port`; subclasses act on requests and responses."""
+
+    def __init__(self, upstream_port: int, name: str) -> None:
+        self.upstream_port = upstream_port
+        super().__init__(name)
+
+    def serve(self, connection: socket.socket) -> None:
+        upstream = socket.create_connection((LOOPBACK, self.upstream_port))
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.hold(connection)
+        self.hold(upstream)
+        doomed = threading.Event()
+        threading.Thread(target=self._requests, args=(connection, upstream, doomed), daemon=True).start()
+        threading.Thread(target=self._responses, args=(upstream, connection, doomed), daemon=True).start()
+
+    def on_request(self, line: str) -> bool:
+        """Called before a request is forwarded; True: swallow the response on this connection."""
+        return False
+
+    def _requests(self, client: socket.socket, upstream: socket.socket, doomed: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := client.recv(65536):
+                line = request_line(chunk)
+                if line is not None and self.on_request(line):
+                    doomed.set()
+                upstream.sendall(chunk)
+            upstream.shutdown(socket.SHUT_WR)
+
+    def _responses(self, upstream: socket.socket, client: socket.socket, doomed: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := upstream.recv(65536):
+                if not doomed.is_set():  # a swallowed answer: the client times out
+                    client.sendall(chunk)
+        for sock in (client, upstream):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+class LatencyProxy(ForwardingProxy):
+    """Holds every request `delay` seconds before forwarding it, like a cloud store's first-byte latency.
+
+    Counts requests by method (`counts`, `total()`) and keeps their request lines
+    (`lines`; `reset()` starts over), so a test or benchmark sees every request a
+    whole process made, Lance's included, and which object each one named.
+    """
+
+    def __init__(self, upstream_port: int, *, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.counts: Counter[str] = Counter()
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+        super().__init__(upstream_port, "latency-proxy")
+
+    def on_request(self, line: str) -> bool:
+        with self._lock:
+            self.counts[line.split(" ", 1)[0]] += 1
+            self.lines.append(line)
+        if self.delay > 0:
+            time.sleep(self.delay)
+        return False
+
+    def total(self) -> int:
+        with self._lock:
+            return sum(self.counts.values())
+
+    def naming(self, parts: Collection[str]) -> int:
+        """Requests whose request line names any of `parts` (e.g. region ids)."""
+        with self._lock:
+            return sum(1 for line in self.lines if any(part in line for part in parts))
+
+    def reset(self) -> None:
+        with self._lock:
+            self.counts.clear()
+            self.lines.clear()
+
+    def storage_options(self, options: dict[str, str]) -> dict[str, str]:
+        """`options` (a SeaweedServer's) with the endpoint pointing at this proxy."""
+        return {**options, "aws_endpoint": self.url}
