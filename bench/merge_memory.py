@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,8 +33,10 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.peak_rss import command_peak_mib
+
 os.environ.setdefault("LANCE_LOG", "error")
 
 SCHEMA = pa.schema(
@@ -104,15 +105,9 @@ def check(uri: str, model: Model) -> None:
 
 def peak_mib(workdir: Path, *args: str) -> tuple[int, float, dict[str, Any]]:
     """Peak resident memory (MiB) of one `memwal --json` command in its own process, its seconds and output."""
-    out = workdir / f"peak-{uuid.uuid4().hex}"
     started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.support.peak_rss", str(out), "--json", *args],
-        cwd=ROOT,
-        check=True,
-        stdout=subprocess.PIPE,
-    )
-    return int(out.read_text()) // 1024, time.perf_counter() - started, json.loads(done.stdout)
+    peak, stdout = command_peak_mib(workdir, "--json", *args)
+    return peak, time.perf_counter() - started, json.loads(stdout)
 
 
 def merge_peak(work: Path, uri: str, model: Model, budget_rows: int) -> tuple[int, float, int]:

@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 from memwal_core.errors import BadInputError, MemwalError
 from memwal_core.format.naming import STAGING_DIR
 from memwal_core.model.rows import conform
+from memwal_core.process_memory import release_freed
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.collapse import (
     REGION_COLUMN,
@@ -132,6 +133,8 @@ def _collapse_task(
         outcomes = LocalEngine().run(stage_unit, units, what=f"collapse of {len(units)} unit(s) in one task")
         live_file.close()
         deleted_file.close()
+        # Spark reuses this Python worker for later tasks: hand back what this one freed.
+        release_freed()
         return [
             StagedUnit(unit.plan.region, outcome, live_path, deleted_path)
             for unit, outcome in zip(units, outcomes, strict=True)
