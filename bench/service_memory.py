@@ -86,15 +86,15 @@ def main() -> None:
                     regions_table(uri, regions)
                 return [command, uri]
 
-            measure(
-                work, f"{command} (regions)", (1000 // args.small, 10_000 // args.small), regions_run
-            )
+            measure(work, f"{command} (regions)", (1000 // args.small, 10_000 // args.small), regions_run)
 
         def ingest_run(rows: int) -> list[str]:
             uri, path = ingest_source(work, rows)
             return ["ingest", uri, path]
 
-        measure(work, "ingest (rows of one file)", (200_000 // args.small, 2_000_000 // args.small), ingest_run)
+        measure(
+            work, "ingest (rows of one file)", (200_000 // args.small, 2_000_000 // args.small), ingest_run
+        )
 
 
 if __name__ == "__main__":

@@ -27,4 +27,3 @@ def test_importing_memwal_core_bounds_lances_readahead() -> None:
         text=True,
     ).stdout.strip()
     assert shown == "2"
-
