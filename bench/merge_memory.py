@@ -1,33 +1,42 @@
 """Benchmark: a merge's peak memory follows its batch budget, not the backlog.
 
-One region with a backlog of 2M and of 10M rows (generations of 1M rows;
-id, value and a short string), merged by `memwal merge` with a 1M-row budget,
-and the 10M backlog once more with no budget (the baseline). Each merge runs
-in its own process, which reports its own peak resident memory (VmHWM); the
-floor is a `--dry-run` of the same table. Each merged table is checked
-against the model (every key holds its last generation's value).
+One region over a 100,000-row base, with backlogs of 500k rows (5 generations
+of 100k) and of 4M and 40M rows (generations of 200k). Each generation puts
+new keys (three quarters of its rows) and updates base keys (a quarter), and
+deletes 1% of the base keys it does not update, so every batch runs both
+commit steps and the base grows with the backlog, as it does under a real
+ingest. Every backlog is merged by `memwal merge --max-batch-rows 500000`, the
+500k backlog also whole (no budget: the reference the aims compare with),
+and the 4M backlog also with a 4M-row budget. Each merge runs in its own
+process, which reports its own peak resident memory (VmHWM); the floor is
+`memwal status` of the same table. Each merged table is checked against the
+model: exactly the live keys, each with its last write.
 
-Usage: python bench/merge_memory.py [--backlogs 2000000,10000000] [--budget-rows 1000000] [--dir DIR]
+Usage: python bench/merge_memory.py [--backlogs 500000,4000000,40000000] [--budget-rows 500000] [--dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import lance
 import numpy as np
 import pyarrow as pa
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.peak_rss import command_peak_mib
+
 os.environ.setdefault("LANCE_LOG", "error")
 
 SCHEMA = pa.schema(
@@ -37,84 +46,130 @@ SCHEMA = pa.schema(
         pa.field("s", pa.string()),
     ]
 )
-GENERATION_ROWS = 1_000_000
-BASE_ROWS = 1_000_000
+BASE_ROWS = 100_000
+GENERATION_ROWS = 200_000
+SMALL_GENERATION_ROWS = 100_000  # the 500k backlog: 5 generations, as in the issue's table
+UPDATE_SHARE = 4  # a quarter of a generation's puts update base keys
+DELETE_SHARE = 100  # and 1% of its rows delete base keys
+BASE, DELETED = -1, -2  # a key's state in the model when no generation put it last
 
 
-def build(uri: str, backlog: int) -> None:
-    """A 1M-row base, then `backlog` rows in one region: every generation rewrites half the base's keys."""
+@dataclass
+class Model:
+    """Per key (ids 0..len-1): the generation that put it last, BASE or DELETED."""
+
+    last: np.ndarray
+
+
+def build(uri: str, backlog: int) -> Model:
+    """The base, then `backlog` rows in one region; returns what the merged table must hold."""
+    generation_rows = SMALL_GENERATION_ROWS if backlog < 1_000_000 else GENERATION_ROWS
+    generations = backlog // generation_rows
+    deletes = generation_rows // DELETE_SHARE
+    updates = generation_rows // UPDATE_SHARE
+    inserts = generation_rows - updates - deletes
+    last = np.full(BASE_ROWS + generations * inserts, DELETED, dtype=np.int32)
+    last[:BASE_ROWS] = BASE
     ids = np.arange(BASE_ROWS, dtype=np.int64)
     lance.write_dataset(pa.table({"id": ids, "n": ids, "s": ["b"] * BASE_ROWS}, schema=SCHEMA), uri)
     lance.dataset(uri).initialize_mem_wal()
     rng = np.random.default_rng(1)
+    key_schema = pa.schema([SCHEMA.field("id")])
     with lance.dataset(uri).mem_wal_writer(
-        str(uuid.uuid4()), max_memtable_rows=GENERATION_ROWS, durable_write=False
+        str(uuid.uuid4()), max_memtable_rows=generation_rows, durable_write=False
     ) as writer:
-        for g in range(backlog // GENERATION_ROWS):
-            keys = rng.permutation(2 * BASE_ROWS)[:GENERATION_ROWS].astype(np.int64)
-            writer.put(pa.table({"id": keys, "n": keys * 100 + g, "s": [f"g{g}"] * len(keys)}, schema=SCHEMA))
+        for g in range(generations):
+            touched = rng.permutation(BASE_ROWS)[: updates + deletes].astype(np.int64)
+            new = np.arange(BASE_ROWS + g * inserts, BASE_ROWS + (g + 1) * inserts, dtype=np.int64)
+            keys = np.concatenate([touched[:updates], new])
+            writer.put(
+                pa.table({"id": keys, "n": keys * 1000 + g, "s": [f"g{g}"] * len(keys)}, schema=SCHEMA)
+            )
+            writer.delete(pa.table({"id": touched[updates:]}, schema=key_schema))
+            last[keys] = g
+            last[touched[updates:]] = DELETED
+    return Model(last)
 
 
-def check(uri: str) -> None:
-    """Every key's value is from its newest write: n = id * 100 + generation, or the base's n = id."""
-    table = lance.dataset(uri).to_table(columns=["id", "n", "s"])
-    ids, values = table.column("id").to_numpy(), table.column("n").to_numpy()
-    generation = np.array([int(s[1:]) if s != "b" else -1 for s in table.column("s").to_pylist()])
-    expected = np.where(generation < 0, ids, ids * 100 + generation)
-    assert (values == expected).all(), "a merged row does not match its generation"
-    assert len(np.unique(ids)) == len(ids), "a key is in the table twice"
+def check(uri: str, model: Model) -> None:
+    """The merged table holds exactly the model's live keys, each with its last write."""
+    table = lance.dataset(uri).to_table(columns=["id", "n"])
+    order = np.argsort(table.column("id").to_numpy())
+    ids, values = table.column("id").to_numpy()[order], table.column("n").to_numpy()[order]
+    live = np.flatnonzero(model.last != DELETED)
+    assert np.array_equal(ids, live), f"{uri}: {len(ids)} keys merged, the model has {len(live)}"
+    last = model.last[live]
+    expected = np.where(last == BASE, live, live * 1000 + last)
+    assert np.array_equal(values, expected), f"{uri}: a merged row does not hold its last write"
 
 
-def peak_mib(workdir: Path, uri: str, *args: str) -> tuple[int, float]:
-    out = workdir / f"peak-{uuid.uuid4().hex}"
+def peak_mib(workdir: Path, *args: str) -> tuple[int, float, dict[str, Any]]:
+    """Peak resident memory (MiB) of one `memwal --json` command in its own process, its seconds and output."""
     started = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "tests.support.peak_rss", str(out), "merge", uri, *args],
-        cwd=ROOT,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    return int(out.read_text()) // 1024, time.perf_counter() - started
+    peak, stdout = command_peak_mib(workdir, "--json", *args)
+    return peak, time.perf_counter() - started, json.loads(stdout)
+
+
+def merge_peak(work: Path, uri: str, model: Model, budget_rows: int) -> tuple[int, float, int]:
+    """Merge a copy of `uri` under a row budget, check it, and return (peak MiB, seconds, commits)."""
+    copy = f"{uri}-{budget_rows}"
+    shutil.copytree(uri, copy)
+    try:
+        peak, seconds, result = peak_mib(
+            work, "merge", copy, "--max-batch-rows", str(budget_rows), "--max-batch-bytes", str(1 << 40)
+        )
+        check(copy, model)
+    finally:
+        shutil.rmtree(copy)
+    return peak, seconds, int(result["commits"])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backlogs", default="2000000,10000000")
-    parser.add_argument("--budget-rows", type=int, default=1_000_000)
+    parser.add_argument("--backlogs", default="500000,4000000,40000000")
+    parser.add_argument("--budget-rows", type=int, default=500_000)
     parser.add_argument("--dir", type=Path, default=None)
     args = parser.parse_args()
-    budget = ["--max-batch-rows", str(args.budget_rows), "--max-batch-bytes", str(1 << 40)]
-    unbounded = ["--max-batch-rows", str(1 << 40), "--max-batch-bytes", str(1 << 40)]
+    backlogs = sorted(int(b) for b in args.backlogs.split(","))
+    rows: list[tuple[int, str, int, int, int, float]] = []
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         work = Path(tmp)
-        results = []
-        for backlog in (int(b) for b in args.backlogs.split(",")):
+        for backlog in backlogs:
             uri = str(work / f"backlog-{backlog}")
-            build(uri, backlog)
-            copy = f"{uri}-copy"
-            shutil.copytree(uri, copy)
-            floor, _ = peak_mib(work, uri, "--dry-run")
-            bounded, seconds = peak_mib(work, uri, *budget)
-            check(uri)
-            results.append((backlog, f"budget {args.budget_rows:,} rows", floor, bounded, seconds))
-            if backlog == max(int(b) for b in args.backlogs.split(",")):
-                whole, seconds = peak_mib(work, copy, *unbounded)
-                check(copy)
-                results.append((backlog, "no budget (baseline)", floor, whole, seconds))
+            model = build(uri, backlog)
+            floor, _, _ = peak_mib(work, "status", uri)
+            budgets = [args.budget_rows]
+            if backlog == backlogs[0]:
+                budgets.append(1 << 40)  # merged whole: the reference
+            if backlog == 4_000_000:
+                budgets.append(4_000_000)
+            for budget in budgets:
+                peak, seconds, commits = merge_peak(work, uri, model, budget)
+                label = "none" if budget == 1 << 40 else f"{budget:,}"
+                rows.append((backlog, label, commits, floor, peak, seconds))
+                print(
+                    f"{backlog:,} rows, budget {label}: peak {peak} MiB, {commits} commit(s)", file=sys.stderr
+                )
             shutil.rmtree(uri)
-            shutil.rmtree(copy)
+    print("| backlog | `--max-batch-rows` | commits | floor MiB | peak MiB | peak / floor | seconds |")
+    print("|---|---|---|---|---|---|---|")
+    for backlog, label, commits, floor, peak, seconds in rows:
         print(
-            f"{'backlog rows':>13}  {'merge':<24} {'floor MiB':>9} {'peak MiB':>9} {'over floor':>10} {'seconds':>8}"
+            f"| {backlog:,} | {label} | {commits} | {floor} | {peak} | {peak / floor:.2f} | {seconds:.1f} |"
         )
-        for backlog, label, floor, peak, seconds in results:
-            print(f"{backlog:>13,}  {label:<24} {floor:>9} {peak:>9} {peak - floor:>10} {seconds:>8.1f}")
-        over = {(b, label): peak - floor for b, label, floor, peak, _ in results}
-        small, large = sorted({b for b, *_ in results})[0], sorted({b for b, *_ in results})[-1]
-        label = f"budget {args.budget_rows:,} rows"
+    peaks = {(b, label): peak for b, label, _c, _f, peak, _s in rows}
+    budget = f"{args.budget_rows:,}"
+    whole = peaks.get((backlogs[0], "none"))
+    if whole is not None:
+        for backlog in backlogs:
+            print(
+                f"{backlog:,} rows at a {budget}-row budget / {backlogs[0]:,} merged whole: "
+                f"{peaks[(backlog, budget)] / whole:.2f} (aim at 40M: <= 1.2)"
+            )
+    if (4_000_000, "4,000,000") in peaks:
         print(
-            f"budgeted peak over floor, {large:,} / {small:,} backlog: {over[(large, label)] / over[(small, label)]:.2f} "
-            f"(flat: ~1); baseline / budgeted at {large:,}: "
-            f"{over[(large, 'no budget (baseline)')] / over[(large, label)]:.1f}"
+            f"4,000,000 rows, budget {budget} / budget 4,000,000: "
+            f"{peaks[(4_000_000, budget)] / peaks[(4_000_000, '4,000,000')]:.2f} (aim: <= 0.6)"
         )
 
 

@@ -17,9 +17,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from memwal_core.lance_log import quiet_lance_log
+from memwal_core.process_memory import bound_process_memory
 
 # Before anything imports lance: Lance reads its log settings once, when it loads.
 quiet_lance_log()
+bound_process_memory()
 
 if TYPE_CHECKING:
     from memwal_core.errors import (

@@ -26,6 +26,7 @@ from memwal_core.services.status import status
 from tests.support.engines import merge_engine
 from tests.support.model import ModelTable
 from tests.support.paths import PROJECT_ROOT
+from tests.support.peak_rss import command_peak_mib
 from tests.support.schema import key_field
 from tests.support.tables import assert_progress_never_decreases, lease_records, progress_history
 
@@ -218,15 +219,7 @@ def test_killed_batch_merger_converges_on_rerun(
 
 def peak_mib(tmp_path: Path, uri: str, *args: str) -> int:
     """Peak resident memory of a `memwal merge` process, as it measured itself."""
-    out = tmp_path / f"peak-{uuid.uuid4().hex}"
-    subprocess.run(
-        [sys.executable, "-m", "tests.support.peak_rss", str(out), "merge", uri, *args],
-        cwd=PROJECT_ROOT,
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    return int(out.read_text()) // 1024
+    return command_peak_mib(tmp_path, "merge", uri, *args)[0]
 
 
 def test_memory_stays_within_the_budget(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ LAYERS: dict[str, int] = {
     "memwal_core.errors": 0,
     "memwal_core.lance_log": 0,
     "memwal_core.arguments": 0,
+    "memwal_core.process_memory": 0,
     "memwal_core.format": 1,
     "memwal_core.storage": 1,
     "memwal_core.lance_errors": 1,

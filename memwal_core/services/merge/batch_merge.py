@@ -118,11 +118,12 @@ class _Sources:
     def _regions_of(self, index: int, regions: Set[str]) -> set[str]:
         return {r for r in regions if self.owner.get(r) == index}
 
-    def live(self, regions: set[str], schema: pa.Schema) -> pa.RecordBatchReader:
+    def live(self, regions: set[str], schema: pa.Schema) -> pa.Table:
+        """The live rows of `regions`, whole in memory (at most the batch's budget): see `commit_batch`."""
         batches: Iterator[pa.RecordBatch] = chain.from_iterable(
             part.live(self._regions_of(i, regions)) for i, part in enumerate(self.parts)
         )
-        return pa.RecordBatchReader.from_batches(schema, batches)
+        return pa.Table.from_batches(list(batches), schema)
 
     def _tables(self, regions: Set[str], read: Callable[[BatchCollapse, set[str]], pa.Table]) -> pa.Table:
         tables = [read(part, self._regions_of(i, regions)) for i, part in enumerate(self.parts)]

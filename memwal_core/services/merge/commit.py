@@ -219,12 +219,18 @@ def commit_batch(
     dataset: lance.LanceDataset,
     primary_key: Sequence[str],
     targets: Mapping[str, int],
-    live: pa.Table | pa.RecordBatchReader,
+    live: pa.Table,
     deleted_keys: pa.Table,
     *,
     plan: CommitPlan,
 ) -> dict[str, int]:
     """Upsert `live`, delete `deleted_keys` and mark each region's target generation merged.
+
+    Both are in-memory tables, never streams: Lance's join builds its hash
+    table on the side whose size it knows to be smaller, and a stream's size is
+    unknown, so it then builds on every key of the base table (78 MB at 2.2M
+    base rows, 650 MB at 10M), and a round's peak grew with each batch it had
+    already merged. A table bounds the build by the batch's budget.
 
     Returns Lance's merge statistics. Raises StaleMergeError if any region's
     recorded progress is already at or past its target (nothing is marked then).
@@ -255,7 +261,7 @@ def commit_region(
     primary_key: Sequence[str],
     region: str,
     generation: int,
-    live: pa.Table | pa.RecordBatchReader,
+    live: pa.Table,
     deleted_keys: pa.Table,
     *,
     use_index: bool,
@@ -289,7 +295,7 @@ def commit_checked(
     dataset: lance.LanceDataset,
     primary_key: Sequence[str],
     targets: Mapping[str, int],
-    live: pa.Table | pa.RecordBatchReader,
+    live: pa.Table,
     deleted_keys: Callable[[Set[str]], pa.Table],
     *,
     plan: CommitPlan,

@@ -18,6 +18,7 @@ from typing import Any
 from memwal_core.arguments import Count, Seconds, checked
 from memwal_core.model.details_lease import check_details_lease
 from memwal_core.model.table import MemWalTable
+from memwal_core.process_memory import release_freed
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.batch import MergeBudget, next_batch
 from memwal_core.services.merge.batch_merge import DEFAULT_LEASE_TTL, BatchMerge
@@ -107,6 +108,8 @@ def merge(
                 break
             batch, pending = next_batch(pending, budget)
             outcome = merger.run(index, batch)
+            # The batch's rows are released by now: hand their pages back before the next batch.
+            release_freed()
             merged.extend(outcome.merged)
             failures.extend(outcome.failures)
             busy.extend(outcome.busy)

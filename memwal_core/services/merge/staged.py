@@ -8,10 +8,10 @@ engine's parallelism is spent across regions, which is where a cluster pays
 off. A task collapses its units with the same code as an in-process collapse
 (threads, pylance imported on the executor) and stages its output as two
 Lance files in the table's own storage, live rows and deleted keys, each row
-tagged with its region. The driver streams the staged files into the one
-commit of the batch and reads just the keys whole (the delete predicate and
-the shared-key check need them): no row crosses the JVM, no shuffle, and the
-driver never holds the batch's rows itself.
+tagged with its region. The driver reads the staged files back into the one
+commit of the batch: no row crosses the JVM and there is no shuffle. It holds
+the batch's live rows whole while it commits them (at most the budget), since
+Lance's join must know its source is the smaller side (`commit.py`).
 
 A unit that fails (missing generation directory, schema drift) is reported
 by its task, so that region alone is left out of the batch.
@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 from memwal_core.errors import BadInputError, MemwalError
 from memwal_core.format.naming import STAGING_DIR
 from memwal_core.model.rows import conform
+from memwal_core.process_memory import release_freed
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.collapse import (
     REGION_COLUMN,
@@ -132,6 +133,8 @@ def _collapse_task(
         outcomes = LocalEngine().run(stage_unit, units, what=f"collapse of {len(units)} unit(s) in one task")
         live_file.close()
         deleted_file.close()
+        # Spark reuses this Python worker for later tasks: hand back what this one freed.
+        release_freed()
         return [
             StagedUnit(unit.plan.region, outcome, live_path, deleted_path)
             for unit, outcome in zip(units, outcomes, strict=True)
