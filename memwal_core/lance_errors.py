@@ -35,9 +35,15 @@ OVERFULL_REPLAY = "past what the memtable replaying it can hold"
 INVALID_INPUT = "Invalid user input"
 # A path or version with nothing there ("Dataset at path ... was not found: Not found: ..."), lower-case.
 NOT_FOUND = ("not found", "does not exist")
-# A request that got no answer in time (object_store's and tokio's words). Lance 14 reports a silent
-# S3 endpoint as "error sending request" instead (see the tests), so these are a fallback.
-NO_ANSWER = ("timed out", "Timeout", "deadline has elapsed")
+# A request that got no answer in time (object_store's and tokio's words; "body error" is a body that
+# trickled past the limit). Lance 14 reports a silent S3 endpoint as "error sending request" instead
+# (see the tests), so these are a fallback.
+NO_ANSWER = ("timed out", "Timeout", "deadline has elapsed", "body error")
+# The writer's own storage failed ("Writer fenced (persistence failure): ... No space left on device"):
+# Lance words it as fencing, but no other writer claimed the region.
+PERSISTENCE_FAILURE = "persistence failure"
+# The store refused the request itself (a read-only table, missing rights).
+PERMISSION_DENIED = ("Permission denied", "AccessDenied", "Forbidden")
 # A request that never reached the endpoint: refused, unresolvable, or failed in sending.
 UNREACHABLE = ("connect", "Connection", "dns", "Error performing", "error sending request")
 # A table manifest named in an error, e.g. "Encountered corrupt file .../_versions/{n}.manifest: ...".
@@ -107,11 +113,15 @@ def write_failure(exc: BaseException) -> WriteFailure:
 
     A lost response comes before fencing: Lance words it "Writer fenced
     (persistence failure): ... taken after a failed PUT", but no other writer
-    claimed the region, and the next call may re-open it.
+    claimed the region, and the next call may re-open it. Any other
+    persistence failure (a full disk) is the writer's storage failing, not
+    fencing either.
     """
     text = str(exc)
     if LOST_WAL_PUT in text:
         return WriteFailure.LOST_RESPONSE
+    if PERSISTENCE_FAILURE in text:
+        return WriteFailure.STORAGE
     if FENCED in text.lower():
         return WriteFailure.FENCED
     if INVALID_INPUT in text:
@@ -123,3 +133,13 @@ def named_manifest(exc: BaseException) -> str | None:
     """The table manifest (relative to the table) a Lance error names, if it names one."""
     named = _NAMED_MANIFEST.search(str(exc))
     return f"{TABLE_VERSIONS_DIR}/{named.group(1)}" if named else None
+
+
+def permission_denied(exc: BaseException) -> str | None:
+    """The store's refusal a Lance error carries (often at the end of a longer line), if any."""
+    text = str(exc)
+    for word in PERMISSION_DENIED:
+        at = text.find(word)
+        if at >= 0:
+            return text[at : at + 200].splitlines()[0]
+    return None

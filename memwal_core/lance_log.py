@@ -8,6 +8,11 @@ nothing failed. env_logger's only message filter is a regex a message must
 match, without look-ahead, so the filter here is the complement of that one
 message's prefix: every other message at the level still passes. A `LANCE_LOG`
 the user set is left as it is.
+
+The MemWAL writer's own errors (`lance::dataset::mem_wal::write`: a flush that
+failed and is retried, a persistence failure) are off: each one that matters
+reaches the caller as the error of the call it failed, which memwal names
+itself, and the raw line printed before it only confused that one line.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import os
 
 SPURIOUS = "Index __lance_mem_wal has no fields"
+WRITER_MODULE = "lance::dataset::mem_wal::write"
 _SPECIAL = set(r".^$*+?()[]{}|\/-")
 
 
@@ -32,7 +38,7 @@ def lance_log_spec(level: str = "error") -> str:
     The regex follows a `lance=` directive because pylance's Python side reads the
     first comma-separated entry without `=` as its own log level.
     """
-    return f"{level},lance={level}/^(?:{_not_starting_with(SPURIOUS)})"
+    return f"{level},lance={level},{WRITER_MODULE}=off/^(?:{_not_starting_with(SPURIOUS)})"
 
 
 def quiet_lance_log() -> None:

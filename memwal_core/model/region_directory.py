@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from memwal_core.errors import AlreadyExistsError, ConflictError
@@ -31,7 +31,7 @@ from memwal_core.model.routing import RegionKey, RegionSpec
 class Regions(Protocol):
     """What the directory needs of a table (`MemWalTable` is one): its regions' manifests."""
 
-    def read_regions(self) -> Mapping[str, RegionManifest | None]: ...
+    def read_regions(self, regions: Iterable[str] | None = None) -> Mapping[str, RegionManifest | None]: ...
 
     def region_store(self, region: str) -> RegionManifestStore: ...
 
@@ -85,6 +85,11 @@ class RegionDirectory:
                 region = self._create(key)
                 self._regions[key] = region
             return region
+
+    def value_of(self, region: str) -> RegionKey | None:
+        """The region value `region` serves under this spec (None: none, or no such region yet)."""
+        manifest = self.table.read_regions([region]).get(region)
+        return self._serves(manifest) if manifest is not None else None
 
     def _create(self, key: RegionKey) -> str:
         region = region_id_for(self.spec.spec_id, key)

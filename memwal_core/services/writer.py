@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import numpy as np
 import pyarrow as pa
 
 from memwal_core.arguments import build, checked, region_id
@@ -51,9 +52,9 @@ from memwal_core.errors import (
     UncertainWriteError,
     first_line,
 )
-from memwal_core.lance_errors import WriteFailure, is_overfull_replay, write_failure
+from memwal_core.lance_errors import WriteFailure, is_overfull_replay, permission_denied, write_failure
 from memwal_core.model.region_directory import RegionDirectory
-from memwal_core.model.routing import RegionSpec, partition_by_code, region_spec_of
+from memwal_core.model.routing import RegionKey, RegionSpec, partition_by_code, region_spec_of
 from memwal_core.model.rows import conform, iter_tables, key_rows
 from memwal_core.model.table import MemWalTable
 from memwal_core.storage.options import StorageOptions
@@ -135,6 +136,9 @@ def _native_error(region: str, exc: Exception) -> MemwalError:
         return _fenced(region)
     if failure is WriteFailure.INVALID_INPUT:
         return BadInputError(f"region {region}: Lance refused the rows: {first_line(exc)}")
+    refusal = permission_denied(exc)
+    if refusal is not None:
+        return StorageError(f"region {region}: the store refused the write ({refusal}): {first_line(exc)}")
     return StorageError(f"region {region}: write failed: {first_line(exc)}")
 
 
@@ -203,6 +207,7 @@ class MemWalWriter:
             raise BadInputError(f"table {self.table.uri} has manually managed regions: pass region=")
         self._pinned = region
         self._directory = RegionDirectory(self.table, self.spec) if self.spec is not None else None
+        self._pinned_value: tuple[RegionKey | None] | None = None  # read on first use
         defaults = (self._dataset.mem_wal_index_details() or {}).get("writer_config_defaults") or {}
         self.chunk_rows = int(
             self.options.max_memtable_rows or defaults.get("max_memtable_rows") or LANCE_MEMTABLE_ROWS
@@ -228,9 +233,12 @@ class MemWalWriter:
     # -- routing ----------------------------------------------------------
 
     def _split(self, rows: pa.Table) -> dict[str, pa.Table]:
-        """Rows per region id, each in input order."""
-        if self._pinned is not None or self.spec is None or self._directory is None:
+        """Rows per region id, each in input order; a pinned writer takes only its region's keys."""
+        if self.spec is None or self._directory is None:
             return {str(self._pinned): rows}
+        if self._pinned is not None:
+            self._check_pinned(rows, self._pinned, self.spec, self._directory)
+            return {self._pinned: rows}
         codes, keys = self.spec.route(rows)
         parts = partition_by_code(rows, codes, len(keys))
         return {
@@ -238,6 +246,25 @@ class MemWalWriter:
             for key, part in zip(keys, parts, strict=True)
             if part is not None
         }
+
+    def _check_pinned(
+        self, rows: pa.Table, region: str, spec: RegionSpec, directory: RegionDirectory
+    ) -> None:
+        """Refuse rows that route elsewhere: readers would find their keys in two regions, the older winning."""
+        if self._pinned_value is None:
+            self._pinned_value = (directory.value_of(region),)
+        served = self._pinned_value[0]
+        if served is None:
+            return  # a region that serves no value of the spec: the caller routes by hand
+        codes, keys = spec.route(rows)
+        stray = np.isin(codes, [i for i, key in enumerate(keys) if key != served])
+        if stray.any():
+            first = rows.slice(int(np.flatnonzero(stray)[0]), 1).to_pylist()[0]
+            sample = {c: first[c] for c in self.primary_key}
+            raise BadInputError(
+                f"region {region}: this writer is pinned to it, but {int(stray.sum())} row(s) route to "
+                f"other regions (e.g. key {sample}); nothing was written"
+            )
 
     def _writer(self, region: str) -> ShardWriter:
         if region in self._fenced:

@@ -173,8 +173,18 @@ def test_bad_rows_are_refused_before_anything_is_written(tmp_path: Path, data: A
         ),
         ("Invalid user input: batch 0 does not match the base table schema", BadInputError),
         ("LanceError(IO): connection reset by peer", StorageError),
+        (
+            "Writer fenced (persistence failure): LanceError(IO): failed to write .../wal/0101.arrow: "
+            "No space left on device (os error 28)",
+            StorageError,
+        ),
+        (
+            "Failed to claim shard x after 16 retries due to manifest contention: LanceError(IO): "
+            "Generic LocalFileSystem error: Permission denied (os error 13)",
+            StorageError,
+        ),
     ],
-    ids=["fenced", "lost-response", "bad-rows", "storage"],
+    ids=["fenced", "lost-response", "bad-rows", "storage", "disk-full", "read-only"],
 )
 def test_native_errors_are_classified(lance_message: str, error: type[Exception]) -> None:
     """Lance's writer raises OSError for everything; callers act on the kind (messages as Lance 14 words them)."""
@@ -182,6 +192,9 @@ def test_native_errors_are_classified(lance_message: str, error: type[Exception]
 
     classified = _native_error("r1", OSError(lance_message))
     assert type(classified) is error and str(classified).startswith("region r1: ")
+    assert "another writer" not in str(classified) or error is FencedError
+    if "Permission denied" in lance_message:
+        assert "the store refused the write (Permission denied" in str(classified)
 
 
 def test_put_all_gathers_small_parts_into_few_writes(tmp_path: Path) -> None:
@@ -195,3 +208,31 @@ def test_put_all_gathers_small_parts_into_few_writes(tmp_path: Path) -> None:
         (stats,) = writer.stats().values()
     assert stats["put_count"] == 2 and stats["rows_put"] == 500  # 300 rows, then the last 200
     assert len(lsm_rows(uri)) == 500  # ids 0-2 replace the base rows
+
+
+def test_a_pinned_writer_refuses_keys_of_other_regions(tmp_path: Path) -> None:
+    """A key that routes elsewhere, put through a writer pinned to a region, is refused with nothing written.
+
+    Accepted, it would sit in two regions: the LSM scan returns it twice, the
+    point lookup the older value, and merge refuses both regions.
+    """
+    uri = make_table(tmp_path / "t")
+    with MemWalWriter(uri) as writer:
+        writer.put({"id": list(range(40)), "name": ["a"] * 40, "score": [0.0] * 40})
+        regions = writer.regions
+    table = MemWalTable.open(uri)
+    spec = region_spec_of(table.latest)
+    assert spec is not None and len(regions) > 1
+    codes, values = spec.route(pa.table({"id": pa.array(range(40), SCHEMA.field("id").type)}))
+    served = {region: m.field_values for region, m in table.read_regions().items() if m is not None}
+    pinned = regions[0]
+    mine = [k for k, c in zip(range(40), codes.tolist(), strict=True) if values[c] == served[pinned]]
+    other = next(k for k in range(40) if k not in mine)
+    before = tree_digest(tmp_path / "t")
+    with MemWalWriter(uri, region=pinned) as writer, pytest.raises(BadInputError, match="route to other"):
+        writer.put({"id": [mine[0], other], "name": ["b", "b"], "score": [1.0, 1.0]})
+    assert tree_digest(tmp_path / "t") == before
+    with MemWalWriter(uri, region=pinned) as writer:
+        writer.put({"id": [mine[0]], "name": ["c"], "score": [2.0]})
+    assert lsm_rows(uri)[mine[0]] == ("c", 2.0)
+    assert lsm_rows(uri)[other] == ("a", 0.0)
