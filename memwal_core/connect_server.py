@@ -149,7 +149,9 @@ class ConnectServer:
                 break  # the daemon script writes the pid file at once; none after 10 s: it failed
             time.sleep(0.2)
         self.stop()
-        raise MemwalError(f"the Spark Connect server did not start on {self.url}; see its log in {self.log_dir}")
+        raise MemwalError(
+            f"the Spark Connect server did not start on {self.url}; see its log in {self.log_dir}"
+        )
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the server JVM by its PID (TERM, then KILL) and forget it."""

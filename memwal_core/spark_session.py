@@ -20,11 +20,12 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import re
 import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from memwal_core.errors import BadInputError, MemwalError, first_line
 
@@ -42,10 +43,12 @@ MASTER_ENV = "MEMWAL_SPARK_MASTER"
 REMOTE_ENV = "MEMWAL_SPARK_REMOTE"
 # Spark's own output (log4j, the JVM's notices) of a quiet classic session goes here.
 LOG_ENV = "MEMWAL_SPARK_LOG"
-# Retries of an unreachable Connect server (backoff 0.05 s x4 each time, at most 8 s): ~20 s in all.
-CONNECT_RETRIES = 6
+# Retries of an unreachable Connect server (backoff 0.05 s x4 each time, at most 5 s): ~10 s in all.
+CONNECT_RETRIES = 5
 # A column per task outcome: the item's index and its pickled result.
 TASK_SCHEMA = "item long, result binary"
+# What a failed gRPC call (Spark Connect) says, within its multi-line repr.
+_GRPC_DETAILS = re.compile(r'^\s*details = "(.*)"$', re.MULTILINE)
 # More rows than any cluster has cores, so every one of `range`'s default partitions holds one.
 _PARALLELISM_PROBE_ROWS = 1 << 20
 
@@ -129,9 +132,12 @@ def connect_session(remote: str) -> SparkSession:
     from pyspark.sql.connect.client.retries import DefaultPolicy
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    session: SparkSession = ConnectSession.builder.remote(remote).create()
-    # PySpark's default retries an unreachable server for 10 minutes; a job fails after ~20 s of it.
-    session.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES, max_backoff=8000)])
+    # The Connect session serves the classic session's DataFrame API (its own class, not a subclass).
+    session = cast("SparkSession", ConnectSession.builder.remote(remote).create())
+    # PySpark's default retries an unreachable server for 10 minutes; a job fails after ~10 s of it.
+    session.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES, max_backoff=5000)])
+    # The client warns before it raises; the error memwal reports says it once.
+    warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
     return session
 
 
@@ -206,7 +212,9 @@ def run_tasks(session: SparkSession, task: Callable[[T], R], items: Sequence[T],
         collected: Any = frame.mapInArrow(_task_runner(task, list(items)), TASK_SCHEMA).toArrow()
     finally:
         session.removeTag(tag)
-    by_item = dict(zip(collected.column("item").to_pylist(), collected.column("result").to_pylist(), strict=True))
+    by_item = dict(
+        zip(collected.column("item").to_pylist(), collected.column("result").to_pylist(), strict=True)
+    )
     if len(by_item) != count:
         raise MemwalError(f"{what}: Spark returned {len(by_item)} result(s) for {count} task(s)")
     return [pickle.loads(by_item[index]) for index in range(count)]
@@ -218,7 +226,11 @@ def executor_error(exc: Exception) -> str:
     Spark wraps it in the worker's traceback (and Java frames); its first line
     follows the traceback's last frame. Without a traceback, the last line stands.
     """
-    lines = str(exc).splitlines()
+    text = str(exc)
+    grpc = _GRPC_DETAILS.search(text)  # a Connect server gone: gRPC's own status text
+    if grpc is not None:
+        return first_line(grpc.group(1))
+    lines = text.splitlines()
     frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
     after = lines[frames[-1] + 1 :] if frames else []
     raised = next((line for line in after if line.strip() and not line[0].isspace()), None)

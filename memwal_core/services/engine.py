@@ -91,7 +91,12 @@ class SparkEngine(Engine):
     remote = True
 
     def __init__(
-        self, session: SparkSession | None = None, *, master: str | None = None, remote: str | None = None
+        self,
+        session: SparkSession | None = None,
+        *,
+        master: str | None = None,
+        remote: str | None = None,
+        verbose: bool = False,
     ) -> None:
         from memwal_core.spark_session import check_spark_target
 
@@ -99,25 +104,57 @@ class SparkEngine(Engine):
         self._session = session
         self._master = master
         self._remote = remote
+        self._verbose = verbose
+        self._opened_remote = False
         self._parallelism: int | None = None
 
     @property
     def session(self) -> SparkSession:
         if self._session is None:
-            from memwal_core.spark_session import spark_session
+            from memwal_core.spark_session import spark_session, spark_target
 
-            self._session = spark_session(self._master, remote=self._remote)
+            master, remote = spark_target(self._master, self._remote)
+            self._session = spark_session(master, remote=remote, verbose=self._verbose)
+            self._opened_remote = remote is not None
         return self._session
+
+    def close(self) -> None:
+        """End the Spark Connect session this engine opened (its server-side state goes at once).
+
+        An injected session is its owner's, and a classic one the process's: both are left as they are.
+        """
+        if self._opened_remote and self._session is not None:
+            self._session.stop()
+            self._session = None
+
+    def _failed(self, what: str, exc: Exception) -> MemwalError:
+        """A Spark failure as memwal's error; a Connect session this engine opened is dropped unreleased.
+
+        The server may be gone, and PySpark would retry releasing the session when the process exits.
+        """
+        from memwal_core.spark_session import executor_error, executor_memwal_error
+
+        if self._opened_remote and self._session is not None:
+            self._session.client.close()
+            self._session = None
+        return executor_memwal_error(exc) or EngineJobError(
+            f"{what}: Spark job failed: {executor_error(exc)}"
+        )
 
     def parallelism(self) -> int:
         if self._parallelism is None:
             from memwal_core.spark_session import default_parallelism
 
-            self._parallelism = default_parallelism(self.session)
+            try:
+                self._parallelism = default_parallelism(self.session)
+            except MemwalError:
+                raise
+            except Exception as exc:
+                raise self._failed("asking Spark for its parallelism", exc) from exc
         return self._parallelism
 
     def run(self, task: Callable[[T], R], items: Sequence[T], *, what: str) -> list[R]:
-        from memwal_core.spark_session import executor_error, executor_memwal_error, run_tasks
+        from memwal_core.spark_session import run_tasks
 
         if not items:
             return []
@@ -126,15 +163,15 @@ class SparkEngine(Engine):
         except MemwalError:
             raise
         except Exception as exc:  # a PySpark (classic or Connect) error wrapping the executor's traceback
-            raise executor_memwal_error(exc) or EngineJobError(
-                f"{what}: Spark job failed: {executor_error(exc)}"
-            ) from exc
+            raise self._failed(what, exc) from exc
 
 
-def engine_named(name: str, *, spark_master: str | None = None, spark_remote: str | None = None) -> Engine:
+def engine_named(
+    name: str, *, spark_master: str | None = None, spark_remote: str | None = None, verbose: bool = False
+) -> Engine:
     """The engine the CLI's `--engine NAME` asks for (`--spark-master` or `--spark-remote` for Spark)."""
     if name == "local":
         return LocalEngine()
     if name == "spark":
-        return SparkEngine(master=spark_master, remote=spark_remote)
+        return SparkEngine(master=spark_master, remote=spark_remote, verbose=verbose)
     raise BadInputError(f"unknown engine {name!r} (use {' or '.join(ENGINES)})")

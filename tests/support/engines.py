@@ -18,11 +18,14 @@ from memwal_core.services.merge.staged import ROWS_PER_TASK_ENV
 def merge_engine(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, rows_per_task: int
 ) -> Engine:
-    """The engine `request.param` names: local, or Spark on the shared session, cutting key partitions of
-    `rows_per_task` rows (few, so that even small tables are split over several tasks)."""
+    """The engine `request.param` names: local, Spark on the shared session, or Spark Connect on the shared
+    server ("connect"), cutting key partitions of `rows_per_task` rows (few, so that even small tables are
+    split over several tasks)."""
     if request.param == "local":
         return LocalEngine()
     monkeypatch.setenv(ROWS_PER_TASK_ENV, str(rows_per_task))
+    if request.param == "connect":
+        return SparkEngine(remote=request.getfixturevalue("connect_server").url)
     return SparkEngine(request.getfixturevalue("spark"))
 
 
