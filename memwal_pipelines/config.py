@@ -17,8 +17,8 @@ tables:
   - name: events                 # asset key prefix: letters, digits, underscores
     uri: s3://bucket/tables/events
     storage_options_env: EVENTS_STORAGE_OPTIONS
-    merge_engine: spark          # local (default) or spark
-    spark_master: spark://10.0.0.5:7077
+    merge_engine: spark          # spark (default) or local
+    spark_remote: sc://10.0.0.5:15002  # or spark_master: spark://10.0.0.5:7077 (default: the pipeline's)
     max_batch_rows: 1000000      # per merge commit (default: from the machine's memory)
     max_batch_bytes: 2147483648
     max_backlog_generations: 16  # asset check thresholds
@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import AfterValidator, ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, ConfigDict, ValidationError, ValidationInfo, field_validator
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
@@ -61,6 +61,7 @@ from memwal_core.services.compact import DEFAULT_TARGET_ROWS
 from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS, GcPolicy
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.retain import MIN_AGE, parse_duration
+from memwal_core.spark_session import check_spark_target
 
 DEFAULT_TABLE_URI = "demo/table"
 TABLES_ENV = "MEMWAL_TABLES"
@@ -92,8 +93,10 @@ class TableConfig:
     name: str
     uri: str
     storage_options_env: str | None = None
-    merge_engine: Literal["local", "spark"] = "local"
+    merge_engine: Literal["local", "spark"] = "spark"
+    # The run's SparkSession: the pipeline's PySparkResource unless the table names its own Spark.
     spark_master: str | None = None
+    spark_remote: str | None = None
     max_generations_per_merge: int | None = None
     # What one merge commit may collapse (None: a share of the machine's memory, see README).
     max_batch_rows: int | None = None
@@ -140,6 +143,12 @@ class TableConfig:
     def _batch_bytes(cls, size: int | None) -> int | None:
         _service_check(lambda: MergeBudget.default(max_bytes=size))
         return size
+
+    @field_validator("spark_remote")
+    @classmethod
+    def _spark_remote(cls, remote: str | None, info: ValidationInfo) -> str | None:
+        _service_check(lambda: check_spark_target(info.data.get("spark_master"), remote))
+        return remote
 
     @field_validator("gc_grace_seconds")
     @classmethod
