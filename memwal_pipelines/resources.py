@@ -35,6 +35,7 @@ from memwal_core.services.engine import Engine, SparkEngine, engine_named
 from memwal_core.storage.options import StorageOptions
 from memwal_core.table import MemWalTable
 from memwal_pipelines.config import TableConfig
+from memwal_pipelines.warm_spark import live_warm_remote
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,20 +54,39 @@ class TableLocation(Config):
 
 
 def pipeline_spark_config() -> dict[str, str]:
-    """The pipeline's `spark_config`: MEMWAL_SPARK_REMOTE's Connect server, else a classic memwal session."""
+    """The pipeline's `spark_config`: MEMWAL_SPARK_REMOTE's Connect server, else a classic session on
+    MEMWAL_SPARK_MASTER, else the warm server a command runs in DAGSTER_HOME, else a classic local session."""
     from memwal_core.spark_session import spark_conf, spark_target
 
     master, remote = spark_target()
+    remote = remote or (None if master else live_warm_remote())
     if remote:
         return {"spark.remote": remote}
     return spark_conf(master, SPARK_CONF)
+
+
+class PipelineSparkResource(LazyPySparkResource):
+    """dagster-pyspark's lazy resource, its session built the way the `memwal` command builds one.
+
+    `spark.remote` in `spark_config` gives a Spark Connect session of its own
+    (bounded retries, and no process-wide Connect mode, so a classic session
+    may live beside it); otherwise a classic session with these settings.
+    """
+
+    def _init_session(self) -> None:
+        from memwal_core.spark_session import spark_session
+
+        if self._spark_session is None:
+            config = {key: str(value) for key, value in self.spark_config.items()}
+            remote = config.pop("spark.remote", None)
+            self._spark_session = spark_session(config.get("spark.master"), config, remote=remote)
 
 
 class MemWalResource(ConfigurableResource):  # type: ignore[type-arg]
     """Every table of the code location, by name (the `name` of the table list), and the pipeline's Spark."""
 
     tables: dict[str, TableLocation]
-    pyspark: LazyPySparkResource
+    pyspark: PipelineSparkResource
 
     def location(self, name: str) -> TableLocation:
         try:
@@ -108,7 +128,7 @@ class MemWalResource(ConfigurableResource):  # type: ignore[type-arg]
 
 
 def memwal_resource(
-    tables: Sequence[TableConfig], pyspark: LazyPySparkResource | None = None
+    tables: Sequence[TableConfig], pyspark: PipelineSparkResource | None = None
 ) -> MemWalResource:
     """The resource for `tables`; `pyspark` defaults to `pipeline_spark_config()`'s."""
     return MemWalResource(
@@ -121,5 +141,5 @@ def memwal_resource(
             )
             for t in tables
         },
-        pyspark=pyspark or LazyPySparkResource(spark_config=pipeline_spark_config()),
+        pyspark=pyspark or PipelineSparkResource(spark_config=pipeline_spark_config()),
     )

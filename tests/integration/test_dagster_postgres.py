@@ -104,7 +104,8 @@ def production(
         table, _ = keyed_backlog_table(root / TABLE)
         listing = root / "tables.yaml"
         listing.write_text(
-            f"tables:\n  - {{name: {TABLE}, uri: '{table.uri}', sensor_interval_seconds: 2}}\n"
+            # The instance's storage is the subject here, not Spark: merges run in the run's process.
+            f"tables:\n  - {{name: {TABLE}, uri: '{table.uri}', sensor_interval_seconds: 2, merge_engine: local}}\n"
         )
         with DagsterDeployment(listing, instance_yaml=POSTGRES_YAML) as deployment:
             yield deployment, server, table

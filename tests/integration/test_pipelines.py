@@ -78,14 +78,14 @@ def test_default_location_and_table_list(tmp_path: Path, monkeypatch: pytest.Mon
     assert defs.resolve_asset_graph().get_all_asset_keys()
     listing = tmp_path / "tables.yaml"
     listing.write_text(
-        "tables:\n  - {name: events, uri: s3://b/events, storage_options_env: EV_OPTS, merge_engine: spark}\n"
+        "tables:\n  - {name: events, uri: s3://b/events, storage_options_env: EV_OPTS, merge_engine: local}\n"
         "  - {name: orders, uri: /data/orders, max_backlog_generations: 4}\n"
     )
     monkeypatch.setenv("MEMWAL_TABLES", str(listing))
     tables = load_tables()
     assert [(t.name, t.merge_engine, t.max_backlog_generations) for t in tables] == [
-        ("events", "spark", 16),
-        ("orders", "local", 4),
+        ("events", "local", 16),
+        ("orders", "spark", 4),  # the default
     ]
     graph = build_definitions(tables).resolve_asset_graph()
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} >= {
@@ -266,22 +266,27 @@ def verdicts(result: Any) -> dict[str, bool]:
     return {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
 
 
-@pytest.mark.parametrize("engine", ["local", "spark"])
+@pytest.mark.parametrize("engine", ["local", "spark", "connect"])
 def test_jobs_merge_catch_up_snapshot_and_check_a_real_table(
-    tmp_path: Path, engine: str, request: pytest.FixtureRequest
+    tmp_path: Path, engine: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Spark comes from the pipeline's dagster-pyspark resource: the shared classic session, or a Connect
+    session on the shared server when MEMWAL_SPARK_REMOTE names it."""
     if engine == "spark":
         request.getfixturevalue("spark")  # the shared session: the lazy resource reuses it
+    if engine == "connect":
+        monkeypatch.setenv("MEMWAL_SPARK_REMOTE", request.getfixturevalue("connect_server").url)
     table, regions = keyed_backlog_table(tmp_path / "t")
     table.dataset().create_scalar_index("id", "BTREE")
-    keys = TableKeys(TableConfig(name="t", uri=table.uri, merge_engine=engine))
+    kind = "local" if engine == "local" else "spark"
+    keys = TableKeys(TableConfig(name="t", uri=table.uri, merge_engine=kind))
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(keys.regions_name, regions)
 
     for region in regions:
         merged = run_job(keys, instance, "merge", region)
         metadata = merged.get_asset_materialization_events()[0].materialization.metadata
-        assert metadata["generations_merged"].value == 2
+        assert metadata["generations_merged"].value == 2 and metadata["engine"].value == kind
         assert metadata["merged_generation"].value == 2
     table.assert_merged()
 
@@ -304,6 +309,7 @@ def test_jobs_merge_catch_up_snapshot_and_check_a_real_table(
     # Compaction on the same engine; Lance drops the rewritten index's catch-up record, compaction restores it.
     compacted = materialized(run_job(keys, instance, "compaction"), "compaction")
     assert compacted["fragments_after"] == 1 and compacted["result"]["catchup_restored"] == ["id_idx"]
+    assert compacted["engine"] == kind
     table.assert_merged()
     assert verdicts(run_job(keys, instance, "checks"))["index_lag"] is True
 
