@@ -29,6 +29,7 @@ from dagster import (
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.test_utils import create_run_for_test
 
+from memwal_core.connect_server import ConnectServer
 from memwal_core.errors import BadInputError
 from memwal_core.services.retain import retain
 from memwal_core.services.status import status
@@ -36,6 +37,7 @@ from memwal_core.table import MemWalTable
 from memwal_pipelines.config import TableConfig, load_tables
 from memwal_pipelines.definitions import build_definitions, defs
 from memwal_pipelines.keys import TableKeys
+from memwal_pipelines.warm_spark import warm_home
 from tests.support.model import KEYED_SCHEMA, ModelTable, keyed_backlog_table
 from tests.support.paths import PROJECT_ROOT
 
@@ -429,7 +431,7 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
         env={**env, "PYTHONPATH": str(PROJECT_ROOT)},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "0 pending generation(s)" in proc.stdout
@@ -454,6 +456,12 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     assert all(r.is_success for r in runs)
     gc_line = next(line for line in proc.stdout.splitlines() if line.startswith("gc "))
     assert "lsm_consistency=passed" in gc_line and "generations_deleted=" in gc_line
+    # Merge and compaction ran on Spark: the Connect server the demo started, and stopped when it ended.
+    for job in ("merge ", "compaction "):
+        assert "engine=spark" in next(line for line in proc.stdout.splitlines() if line.startswith(job))
+    warm = warm_home(home)
+    assert (warm / "logs").is_dir() and ConnectServer.find(warm) is None
+    assert not list(warm.glob("*.pid")), "the demo's Spark Connect server was not stopped"
     # The closing hint is a `dg dev` command for where the demo ran: its settings load the
     # location there (checked with `dg check defs`, which takes the same ones).
     hint = proc.stderr.splitlines()[-2].split()
