@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +32,8 @@ from tests.support.paths import PROJECT_ROOT
 
 
 @pytest.fixture(params=["connect"])
-def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[SparkEngine]:
-    spark = merge_engine(request, monkeypatch, rows_per_task=8)
-    assert isinstance(spark, SparkEngine)
-    yield spark
-    spark.close()
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Engine:
+    return merge_engine(request, monkeypatch, rows_per_task=8)
 
 
 def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -31,7 +31,9 @@ def engine_called(
         return LocalEngine()
     monkeypatch.setenv(ROWS_PER_TASK_ENV, str(rows_per_task))
     if name == "connect":
-        return SparkEngine(remote=request.getfixturevalue("connect_server").url)
+        connected = SparkEngine(remote=request.getfixturevalue("connect_server").url)
+        request.addfinalizer(connected.close)  # before the shared server stops
+        return connected
     return SparkEngine(request.getfixturevalue("spark"))
 
 
