@@ -18,6 +18,7 @@ warning (pyspark forks the JVM's launcher) is not shown, unless `verbose`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import re
@@ -124,6 +125,8 @@ def spark_session(
         session = builder.getOrCreate()
     if not verbose:
         session.sparkContext.setLogLevel("ERROR")
+        # Py4J says "Closing down clientserver connection" on stderr when the process exits.
+        logging.getLogger("py4j").setLevel(logging.WARNING)
     return session
 
 

@@ -161,6 +161,8 @@ def test_spark_ingest_on_a_standalone_cluster(standalone_spark: Any, tmp_path: P
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    # Quiet: no log4j banner, JVM notice, lance fork warning or Py4J goodbye (they go to Spark's log).
+    assert proc.stderr == "", proc.stderr[-2000:]
     payload = json.loads(proc.stdout)
     assert payload["rows_written"] == 40_000 and len(payload["regions"]) == 4
     assert lsm_rows(uri) == model_of(rows)
