@@ -139,14 +139,12 @@ class ConnectServer:
             start_new_session=True,
             check=False,
         )
+        # The daemon script has written the pid file when it returns; a JVM that died since failed to start.
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            pid = self.pid
-            if pid is not None and _accepts(self.port):
+        while time.monotonic() < deadline and (pid := self.pid) is not None:
+            if _accepts(self.port):
                 (self.home / STATE_FILE).write_text(json.dumps({"port": self.port, "pid": pid}))
                 return
-            if pid is None and time.monotonic() > deadline - timeout + 10:
-                break  # the daemon script writes the pid file at once; none after 10 s: it failed
             time.sleep(0.2)
         self.stop()
         raise MemwalError(

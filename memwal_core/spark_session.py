@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from memwal_core.errors import BadInputError, MemwalError, first_line
+from memwal_core.errors import BadInputError, EngineJobError, MemwalError, first_line
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -208,18 +208,13 @@ def run_tasks(session: SparkSession, task: Callable[[T], R], items: Sequence[T],
     and a Spark Connect session both serve. Errors propagate as PySpark's.
     """
     count = len(items)
-    tag = "memwal"
-    session.addTag(tag)
-    try:
-        frame = session.range(0, count, 1, numPartitions=count)
-        collected: Any = frame.mapInArrow(_task_runner(task, list(items)), TASK_SCHEMA).toArrow()
-    finally:
-        session.removeTag(tag)
+    frame = session.range(0, count, 1, numPartitions=count)
+    collected: Any = frame.mapInArrow(_task_runner(task, list(items)), TASK_SCHEMA).toArrow()
     by_item = dict(
         zip(collected.column("item").to_pylist(), collected.column("result").to_pylist(), strict=True)
     )
     if len(by_item) != count:
-        raise MemwalError(f"{what}: Spark returned {len(by_item)} result(s) for {count} task(s)")
+        raise EngineJobError(f"{what}: Spark returned {len(by_item)} result(s) for {count} task(s)")
     return [pickle.loads(by_item[index]) for index in range(count)]
 
 
