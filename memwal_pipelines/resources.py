@@ -27,7 +27,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from dagster import Config, ConfigurableResource
+from dagster import Config, ConfigurableResource, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 
 from memwal_core.errors import BadInputError
@@ -80,6 +80,12 @@ class PipelineSparkResource(LazyPySparkResource):
             config = {key: str(value) for key, value in self.spark_config.items()}
             remote = config.pop("spark.remote", None)
             self._spark_session = spark_session(config.get("spark.master"), config, remote=remote)
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        """End the run's Connect session, freeing its state on the server; a classic one is the process's."""
+        if self._spark_session is not None and "spark.remote" in self.spark_config:
+            self._spark_session.stop()
+            self._spark_session = None
 
 
 class MemWalResource(ConfigurableResource):  # type: ignore[type-arg]
