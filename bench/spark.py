@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import shutil
 import sys
 import tempfile
@@ -34,8 +33,8 @@ from typing import Any
 import lance
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("LANCE_LOG", "error")
 
+import memwal_core  # noqa: F401  # first: Lance's log at errors, less its one spurious line
 from bench import merge as deep
 from bench import merge_regions as wide
 from memwal_core.connect_server import ConnectServer
