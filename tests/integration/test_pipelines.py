@@ -70,10 +70,15 @@ def status_recorded(result: SensorResult) -> list[dict[str, Any]]:
 
 
 def assert_plottable(events: list[dict[str, Any]]) -> None:
-    """The same keys in every event, each always an int or always a float: one plot per key."""
+    """The same keys in every event, each always an int or always a float: one plot per key.
+
+    `engine` is the one text label (where the work ran), which the UI shows and does not plot.
+    """
     assert len({tuple(sorted(e)) for e in events}) == 1, "every event has the same keys"
-    kinds = {(k, type(v)) for e in events for k, v in e.items()}
-    assert {kind for _, kind in kinds} <= {int, float} and len(kinds) == len(events[0]), kinds
+    assert all(isinstance(e.get("engine", ""), str) for e in events)
+    kinds = {(k, type(v)) for e in events for k, v in e.items() if k != "engine"}
+    assert {kind for _, kind in kinds} <= {int, float}, kinds
+    assert len(kinds) == len([k for k in events[0] if k != "engine"]), kinds
 
 
 def test_default_location_and_table_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
