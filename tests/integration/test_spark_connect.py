@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from memwal_core.connect_server import ConnectServer
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import BadInputError
 from memwal_core.format.naming import STAGING_DIR
@@ -25,6 +26,8 @@ from memwal_core.services.merge.commit import SINGLE, TWO_STEP
 from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
 from memwal_core.table import MemWalTable
+from memwal_pipelines.resources import pipeline_spark_config
+from memwal_pipelines.warm_spark import warm_home, warm_spark
 from tests.support.connect import started_connect_server
 from tests.support.engines import check_engine_contract, merge_engine
 from tests.support.model import keyed_backlog_table
@@ -154,3 +157,20 @@ def test_connect_server_killed_mid_merge_one_error_progress_kept_rerun_converges
     assert all(after[r] > before[r] for r in before)
     rows = {r["id"]: (r["name"], r["score"]) for r in MemWalTable(uri).dataset().to_table().to_pylist()}
     assert rows == log.model()
+
+
+def test_a_live_warm_server_is_reused_and_left_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `demo` or `python -m memwal_pipelines spark` find in DAGSTER_HOME: used by runs, not stopped by them."""
+    for variable in ("MEMWAL_SPARK_REMOTE", "MEMWAL_SPARK_MASTER"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    assert pipeline_spark_config()["spark.master"], "no warm server: a classic session"
+    with started_connect_server(warm_home(tmp_path)) as running:
+        assert pipeline_spark_config() == {"spark.remote": running.url}
+        with warm_spark(tmp_path) as url:
+            assert url == running.url and os.environ["MEMWAL_SPARK_REMOTE"] == url
+        assert running.running(), "a command stopped a server it did not start"
+        assert "MEMWAL_SPARK_REMOTE" not in os.environ
+    assert ConnectServer.find(warm_home(tmp_path)) is None
