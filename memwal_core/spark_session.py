@@ -1,33 +1,84 @@
-"""The SparkSession memwal's Spark engine (`services/engine.py`) starts when none is injected.
+"""The SparkSession memwal's Spark engine (`services/engine.py`) uses when none is injected, and its tasks.
 
-The master is configuration: `local[*,2]` by default, MEMWAL_SPARK_MASTER or an
-explicit URL (a standalone `spark://host:port`) to scale out. Executors run
-this interpreter, so they import the same pylance.
+Two ways to reach Spark, named by configuration and never both:
+
+- a master (classic): `local[*,2]` by default, MEMWAL_SPARK_MASTER or an
+  explicit URL (a standalone `spark://host:port`); this process is the driver,
+  and executors run this interpreter, so they import the same pylance;
+- a Spark Connect remote (`sc://host:port`, MEMWAL_SPARK_REMOTE): the driver
+  is the Connect server, this process only a client, so a Dagster run neither
+  starts a JVM nor needs executors to reach back into it.
+
+Tasks go through the DataFrame API alone (`run_tasks`), which both kinds of
+session serve alike. A classic session started here is quiet: Spark's log4j
+banner and the JVM's notices go to a log file, and lance's fork-safety
+warning (pyspark forks the JVM's launcher) is not shown, unless `verbose`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import pickle
+import re
 import sys
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from memwal_core.errors import MemwalError, first_line
+from memwal_core.errors import BadInputError, EngineJobError, MemwalError, first_line
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 # Local mode retries a failed task once (local[N,F]); plain local[*] would not retry at all.
 DEFAULT_MASTER = "local[*,2]"
 LOOPBACK = "127.0.0.1"
+MASTER_ENV = "MEMWAL_SPARK_MASTER"
+REMOTE_ENV = "MEMWAL_SPARK_REMOTE"
+# Spark's own output (log4j, the JVM's notices) of a quiet classic session goes here.
+LOG_ENV = "MEMWAL_SPARK_LOG"
+# Retries of an unreachable Connect server (backoff 0.05 s x4 each time, at most 5 s): ~10 s in all.
+CONNECT_RETRIES = 5
+# A column per task outcome: the item's index and its pickled result.
+TASK_SCHEMA = "item long, result binary"
+# What a failed gRPC call (Spark Connect) says, within its multi-line repr.
+_GRPC_DETAILS = re.compile(r'^\s*details = "(.*)"$', re.MULTILINE)
+# More rows than any cluster has cores, so every one of `range`'s default partitions holds one.
+_PARALLELISM_PROBE_ROWS = 1 << 20
+
+
+def check_spark_target(master: str | None, remote: str | None) -> None:
+    """Refuse a master and a Connect remote named together: which Spark to use would be a guess."""
+    if master and remote:
+        raise BadInputError(
+            f"name a Spark master or a Spark Connect remote, not both (master {master!r}, remote {remote!r})"
+        )
+    if remote and not remote.startswith("sc://"):
+        raise BadInputError(f"a Spark Connect remote is an sc://HOST:PORT URL, not {remote!r}")
+
+
+def spark_target(master: str | None = None, remote: str | None = None) -> tuple[str | None, str | None]:
+    """(master, remote) to use: the ones named, else MEMWAL_SPARK_MASTER / MEMWAL_SPARK_REMOTE, else none."""
+    check_spark_target(master, remote)
+    if master or remote:
+        return master, remote
+    from_env = os.environ.get(MASTER_ENV) or None, os.environ.get(REMOTE_ENV) or None
+    if from_env[0] and from_env[1]:
+        raise BadInputError(f"set {MASTER_ENV} or {REMOTE_ENV}, not both")
+    check_spark_target(*from_env)
+    return from_env
 
 
 def spark_conf(master: str | None = None, conf: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Settings for a memwal SparkSession: Arrow on, this interpreter on executors, a local driver on loopback.
-
-    Shared by `spark_session` and the Dagster Spark resource, so both build the same session.
-    """
-    master = master or os.environ.get("MEMWAL_SPARK_MASTER") or DEFAULT_MASTER
+    """Settings for a classic memwal SparkSession: Arrow on, this interpreter on executors, a local driver on loopback."""
+    master = master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
     settings = {
         "spark.master": master,
         "spark.app.name": "memwal",
@@ -44,8 +95,22 @@ def spark_conf(master: str | None = None, conf: Mapping[str, str] | None = None)
     return {**settings, **(conf or {})}
 
 
-def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
-    """The active SparkSession, or a new one for `master` (bound to loopback when local)."""
+def spark_session(
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    *,
+    remote: str | None = None,
+    verbose: bool = False,
+) -> SparkSession:
+    """A Connect session on `remote`, else the active classic SparkSession or a new one on `master`.
+
+    Without either, MEMWAL_SPARK_REMOTE or MEMWAL_SPARK_MASTER decides; a
+    Connect session is always a new one (a process may hold a classic one
+    beside it, as the tests do).
+    """
+    master, remote = spark_target(master, remote)
+    if remote:
+        return connect_session(remote)
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -56,7 +121,101 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     builder = SparkSession.builder
     for key, value in spark_conf(master, conf).items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    with _quiet_launch(verbose):
+        session = builder.getOrCreate()
+    if not verbose:
+        session.sparkContext.setLogLevel("ERROR")
+        # Py4J says "Closing down clientserver connection" on stderr when the process exits.
+        logging.getLogger("py4j").setLevel(logging.WARNING)
+    return session
+
+
+def connect_session(remote: str) -> SparkSession:
+    """A new Spark Connect session on `remote` (`sc://HOST:PORT`); no JVM in this process."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    # The Connect session serves the classic session's DataFrame API (its own class, not a subclass).
+    session = cast("SparkSession", ConnectSession.builder.remote(remote).create())
+    # PySpark's default retries an unreachable server for 10 minutes; a job fails after ~10 s of it.
+    session.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES, max_backoff=5000)])
+    # The client warns before it raises; the error memwal reports says it once.
+    warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
+    return session
+
+
+@contextlib.contextmanager
+def _quiet_launch(verbose: bool) -> Iterator[None]:
+    """While the driver JVM starts: its stderr (log4j banner, JVM notices) to a log file, lance's fork warning off.
+
+    The JVM inherits this process's stderr when pyspark launches it, so the
+    descriptor is pointed at the log file for the launch only; this process's
+    own stderr is restored afterwards.
+    """
+    if verbose:
+        yield
+        return
+    path = os.environ.get(LOG_ENV) or os.path.join(tempfile.gettempdir(), f"memwal-spark-{os.getuid()}.log")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "ab") as log, warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*fork", category=UserWarning)
+            os.dup2(log.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def default_parallelism(session: SparkSession) -> int:
+    """How many tasks the session runs at once: the partitions `range` gets by default (its cores).
+
+    Asked through the DataFrame API (`sparkContext.defaultParallelism` does not
+    exist on Spark Connect): one small job over a range cut the default way.
+    """
+    parts = session.range(_PARALLELISM_PROBE_ROWS).selectExpr("spark_partition_id() AS part")
+    row = parts.agg({"part": "max"}).first()
+    return max(1, int(row[0]) + 1) if row is not None else 1
+
+
+def _task_runner(
+    task: Callable[[T], R], items: Sequence[T]
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The `mapInArrow` function: each input row names an item by index; out comes its pickled result.
+
+    Task and items travel inside the function (cloudpickled by PySpark), so
+    nothing but the indexes and the results passes through the JVM.
+    """
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        schema = pa.schema([("item", pa.int64()), ("result", pa.binary())])
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                result = pickle.dumps(task(items[index]))
+                yield pa.RecordBatch.from_pydict({"item": [index], "result": [result]}, schema=schema)
+
+    return run
+
+
+def run_tasks(session: SparkSession, task: Callable[[T], R], items: Sequence[T], *, what: str) -> list[R]:
+    """`task(item)` for every item, one Spark task each, the results in item order.
+
+    A range of item indexes cut one per partition, `mapInArrow` over it and
+    the results collected as Arrow: DataFrame calls that a classic session
+    and a Spark Connect session both serve. Errors propagate as PySpark's.
+    """
+    count = len(items)
+    frame = session.range(0, count, 1, numPartitions=count)
+    collected: Any = frame.mapInArrow(_task_runner(task, list(items)), TASK_SCHEMA).toArrow()
+    by_item = dict(
+        zip(collected.column("item").to_pylist(), collected.column("result").to_pylist(), strict=True)
+    )
+    if len(by_item) != count:
+        raise EngineJobError(f"{what}: Spark returned {len(by_item)} result(s) for {count} task(s)")
+    return [pickle.loads(by_item[index]) for index in range(count)]
 
 
 def executor_error(exc: Exception) -> str:
@@ -65,7 +224,11 @@ def executor_error(exc: Exception) -> str:
     Spark wraps it in the worker's traceback (and Java frames); its first line
     follows the traceback's last frame. Without a traceback, the last line stands.
     """
-    lines = str(exc).splitlines()
+    text = str(exc)
+    grpc = _GRPC_DETAILS.search(text)  # a Connect server gone: gRPC's own status text
+    if grpc is not None:
+        return first_line(grpc.group(1))
+    lines = text.splitlines()
     frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
     after = lines[frames[-1] + 1 :] if frames else []
     raised = next((line for line in after if line.strip() and not line[0].isspace()), None)

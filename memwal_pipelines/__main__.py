@@ -14,9 +14,11 @@ then the table's status.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,12 +29,14 @@ from memwal_core.errors import MemwalError
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
 from memwal_pipelines.config import DEFAULT_TABLE_URI, TableConfig
+from memwal_pipelines.warm_spark import warm_spark
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # The jobs after the merges, in the order the daemon's sensors and schedules would run them.
 AFTER_MERGES = ("catchup", "snapshot", "compaction", "retention", "gc", "checks")
 # Materialization figures a run's line shows, when its assets report them.
 SHOWN = (
+    "engine",
     "generations_merged",
     "rows_upserted",
     "rows_deleted",
@@ -123,7 +127,8 @@ def _figures(result: Any) -> str:
     for event in events:
         for key in SHOWN:
             if key in event.materialization.metadata:
-                totals[key] = totals.get(key, 0) + event.materialization.metadata[key].value
+                value = event.materialization.metadata[key].value
+                totals[key] = value if isinstance(value, str) else totals.get(key, 0) + value
     shown = [f"regions={len(partitions)}"] if partitions else []
     shown += [f"{key}={value}" for key, value in totals.items()]
     shown += [
@@ -133,22 +138,39 @@ def _figures(result: Any) -> str:
     return " ".join(shown)
 
 
+def _serve_spark(home: Path) -> int:
+    """Hold the warm Spark Connect server until SIGINT or SIGTERM; runs of `dg dev` find it in `home`."""
+    with warm_spark(home) as url:
+        print(f"Spark Connect server {url} for the runs of {home}; Ctrl-C stops it", file=sys.stderr)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memwal_pipelines", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="create the demo table if missing, run the whole pipeline once")
     demo.add_argument("table", nargs="?", default=DEFAULT_TABLE_URI)
     demo.add_argument("--verbose", action="store_true", help="also show Dagster's own logs")
+    sub.add_parser(
+        "spark", help="run the warm Spark Connect server for `dg dev` in DAGSTER_HOME until Ctrl-C"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     try:
-        if not Path(args.table).joinpath("_versions").is_dir():
+        if args.command == "demo" and not Path(args.table).joinpath("_versions").is_dir():
             print(f"writing the demo table {args.table} (a backlog in three regions)", file=sys.stderr)
             write_demo_table(args.table)
         home = _instance_home()
-        for line in run_once(
-            TableConfig(name="demo", uri=str(Path(args.table).absolute())), verbose=args.verbose
-        ):
+        if args.command == "spark":
+            return _serve_spark(home)
+        with warm_spark(home):
+            lines = run_once(
+                TableConfig(name="demo", uri=str(Path(args.table).absolute())), verbose=args.verbose
+            )
+        for line in lines:
             print(line)
         with MemWalTable.open(args.table) as table:
             print(render(status(table)))

@@ -88,8 +88,10 @@ def service_metadata(result: ServiceResult, **extra: Any) -> dict[str, Any]:
     """
     payload: Mapping[str, Any] = result.to_json()
     numbers = {k: v for k, v in payload.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    # Where the data work ran (merge, compaction, ingestion), shown beside the figures.
+    engine = {"engine": payload["engine"]} if isinstance(payload.get("engine"), str) else {}
     shown = {k: v[:METADATA_LIST_LIMIT] if isinstance(v, list) else v for k, v in payload.items()}
-    return {**numbers, **extra, "result": MetadataValue.json(shown)}
+    return {**numbers, **engine, **extra, "result": MetadataValue.json(shown)}
 
 
 def on_table(memwal: MemWalResource, keys: TableKeys, run: Callable[[MemWalTable], R]) -> R:
@@ -224,6 +226,7 @@ def region_figures(result: MergeResult) -> dict[str, dict[str, Any]]:
         batch = batches[r.batch]
         before = figures.get(r.region, {})
         figures[r.region] = {
+            "engine": result.engine,
             "first_generation": before.get("first_generation", r.merged_generations[0]),
             "merged_generation": r.merged_generations[-1],
             "generations_merged": before.get("generations_merged", 0) + len(r.merged_generations),

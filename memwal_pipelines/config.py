@@ -21,8 +21,8 @@ tables:
   - name: events                 # asset key prefix: letters, digits, underscores
     uri: s3://bucket/tables/events
     storage_options_env: EVENTS_STORAGE_OPTIONS
-    merge_engine: spark          # local (default) or spark
-    spark_master: spark://10.0.0.5:7077
+    merge_engine: spark          # spark (default) or local
+    spark_remote: sc://10.0.0.5:15002  # or spark_master: spark://10.0.0.5:7077 (default: the pipeline's)
     max_batch_rows: 1000000      # per merge commit (default: from the machine's memory)
     max_batch_bytes: 2147483648
     max_backlog_generations: 16  # asset check thresholds
@@ -66,6 +66,7 @@ from memwal_core.services.compact import DEFAULT_TARGET_ROWS
 from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS, MAX_GRACE_SECONDS, GcPolicy
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.retain import MIN_AGE, parse_duration
+from memwal_core.spark_session import check_spark_target
 from memwal_core.storage.stores import normalize_uri, refuse_credentials
 
 DEFAULT_TABLE_URI = "demo/table"
@@ -103,8 +104,10 @@ class TableConfig:
     name: str
     uri: str
     storage_options_env: str | None = None
-    merge_engine: Literal["local", "spark"] = "local"
+    merge_engine: Literal["local", "spark"] = "spark"
+    # The run's SparkSession: the pipeline's PySparkResource unless the table names its own Spark.
     spark_master: str | None = None
+    spark_remote: str | None = None
     max_generations_per_merge: Count | None = None
     # What one merge commit may collapse (None: a share of the machine's memory, see docs/merge.md).
     max_batch_rows: Count | None = None
@@ -147,14 +150,20 @@ class TableConfig:
         """A scheme memwal reads, no credentials in it (they would show in every Dagster view)."""
         return _service_check(lambda: normalize_uri(uri))
 
-    @field_validator("spark_master")
+    @field_validator("spark_master", "spark_remote")
     @classmethod
-    def _spark_master(cls, master: str | None) -> str | None:
-        if master is not None:
-            _service_check(lambda: refuse_credentials(master, "configure Spark's authentication instead"))
-        return master
+    def _spark_url(cls, url: str | None) -> str | None:
+        if url is not None:
+            _service_check(lambda: refuse_credentials(url, "configure Spark's authentication instead"))
+        return url
 
-    # The services' own checks, run when the list loads rather than at the first scheduled run.
+    @field_validator("spark_remote")
+    @classmethod
+    def _spark_remote(cls, remote: str | None, info: ValidationInfo) -> str | None:
+        """Master or remote, not both; a remote is sc:// (the engine's own check, run at load)."""
+        _service_check(lambda: check_spark_target(info.data.get("spark_master"), remote))
+        return remote
+
     @field_validator("retain_older_than")
     @classmethod
     def _retention(cls, text: str) -> str:

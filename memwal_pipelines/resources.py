@@ -9,15 +9,15 @@ Storage options come from each table's environment variable (a JSON object),
 read when the table is opened, in the run's or the sensor's own process:
 credentials never enter run config, logs or metadata.
 
-Spark sessions are built through `memwal_core.spark_session`, with the
-table's `spark_master`, when a run first asks for one (no session for a local
-run), and injected into the run's engine (`engine`). Not dagster-pyspark's
-`LazyPySparkResource`: it holds one fixed `spark_config` per resource, so
-per-table masters would again need one resource key per table, looked up by
-string; and `spark_session` is what the `memwal` command uses, so a Dagster
-run and a CLI run build the same session (settings, the active session
-reused, MEMWAL_SPARK_MASTER read when the run starts rather than when the
-definitions load).
+The run's SparkSession comes from dagster-pyspark's `LazyPySparkResource`
+(nested in this one as `pyspark`, configured the way Dagster users configure
+Spark everywhere: `spark_config`), created only when a run first asks for one
+(no session for a local run) and injected into the run's engine (`engine`).
+By default its `spark_config` names MEMWAL_SPARK_REMOTE's Spark Connect server
+(`spark.remote`), else a classic session on MEMWAL_SPARK_MASTER, built with
+memwal's own settings (`memwal_core.spark_session.spark_conf`). A table's own
+`spark_master` or `spark_remote` overrides it, through the same function the
+`memwal` command uses.
 """
 
 from __future__ import annotations
@@ -27,13 +27,15 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from dagster import Config, ConfigurableResource
+from dagster import Config, ConfigurableResource, InitResourceContext
+from dagster_pyspark import LazyPySparkResource
 
 from memwal_core.errors import BadInputError
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import Engine, SparkEngine, engine_named
 from memwal_core.storage.options import StorageOptions
 from memwal_pipelines.config import TableConfig
+from memwal_pipelines.warm_spark import live_warm_remote
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,17 +45,54 @@ SPARK_CONF = {"spark.ui.enabled": "false"}
 
 
 class TableLocation(Config):
-    """Where one table lives and which Spark master its runs use (never its credentials)."""
+    """Where one table lives and which Spark its runs use, when not the pipeline's (never its credentials)."""
 
     uri: str
     storage_options_env: str | None = None
     spark_master: str | None = None
+    spark_remote: str | None = None
+
+
+def pipeline_spark_config() -> dict[str, str]:
+    """The pipeline's `spark_config`: MEMWAL_SPARK_REMOTE's Connect server, else a classic session on
+    MEMWAL_SPARK_MASTER, else the warm server a command runs in DAGSTER_HOME, else a classic local session."""
+    from memwal_core.spark_session import spark_conf, spark_target
+
+    master, remote = spark_target()
+    remote = remote or (None if master else live_warm_remote())
+    if remote:
+        return {"spark.remote": remote}
+    return spark_conf(master, SPARK_CONF)
+
+
+class PipelineSparkResource(LazyPySparkResource):
+    """dagster-pyspark's lazy resource, its session built the way the `memwal` command builds one.
+
+    `spark.remote` in `spark_config` gives a Spark Connect session of its own
+    (bounded retries, and no process-wide Connect mode, so a classic session
+    may live beside it); otherwise a classic session with these settings.
+    """
+
+    def _init_session(self) -> None:
+        from memwal_core.spark_session import spark_session
+
+        if self._spark_session is None:
+            config = {key: str(value) for key, value in self.spark_config.items()}
+            remote = config.pop("spark.remote", None)
+            self._spark_session = spark_session(config.get("spark.master"), config, remote=remote)
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        """End the run's Connect session, freeing its state on the server; a classic one is the process's."""
+        if self._spark_session is not None and "spark.remote" in self.spark_config:
+            self._spark_session.stop()
+            self._spark_session = None
 
 
 class MemWalResource(ConfigurableResource):  # type: ignore[type-arg]
-    """Every table of the code location, by name (the `name` of the table list)."""
+    """Every table of the code location, by name (the `name` of the table list), and the pipeline's Spark."""
 
     tables: dict[str, TableLocation]
+    pyspark: PipelineSparkResource
 
     def location(self, name: str) -> TableLocation:
         try:
@@ -78,10 +117,14 @@ class MemWalResource(ConfigurableResource):  # type: ignore[type-arg]
         return MemWalTable.open(self.location(name).uri, self.storage_options(name))
 
     def spark_session(self, name: str) -> SparkSession:
-        """The run's SparkSession for table `name`: the active one, or a new one on the table's master."""
+        """The run's SparkSession for table `name`: on the table's own Spark if it names one, else the pipeline's."""
         from memwal_core.spark_session import spark_session
 
-        return spark_session(self.location(name).spark_master, SPARK_CONF)
+        table = self.location(name)
+        if table.spark_master or table.spark_remote:
+            return spark_session(table.spark_master, SPARK_CONF, remote=table.spark_remote)
+        session: SparkSession = self.pyspark.spark_session
+        return session
 
     def engine(self, name: str, kind: str) -> Engine:
         """Where a run of table `name` does its data work: `kind` "spark" on the run's session, else local."""
@@ -90,12 +133,19 @@ class MemWalResource(ConfigurableResource):  # type: ignore[type-arg]
         return engine_named(kind)
 
 
-def memwal_resource(tables: Sequence[TableConfig]) -> MemWalResource:
+def memwal_resource(
+    tables: Sequence[TableConfig], pyspark: PipelineSparkResource | None = None
+) -> MemWalResource:
+    """The resource for `tables`; `pyspark` defaults to `pipeline_spark_config()`'s."""
     return MemWalResource(
         tables={
             t.name: TableLocation(
-                uri=t.uri, storage_options_env=t.storage_options_env, spark_master=t.spark_master
+                uri=t.uri,
+                storage_options_env=t.storage_options_env,
+                spark_master=t.spark_master,
+                spark_remote=t.spark_remote,
             )
             for t in tables
-        }
+        },
+        pyspark=pyspark or PipelineSparkResource(spark_config=pipeline_spark_config()),
     )

@@ -70,6 +70,15 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """pyspark's bundled Spark Connect server (local[2,2], 127.0.0.1), shared by every test that asks for it."""
+    from tests.support.connect import started_connect_server
+
+    with started_connect_server(tmp_path_factory.mktemp("connect")) as server:
+        yield server
+
+
 @pytest.fixture(params=["local", "s3"])
 def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str]]:
     """A fresh, empty store root on local disk or in the SeaweedFS bucket."""

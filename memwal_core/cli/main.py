@@ -30,7 +30,7 @@ from memwal_core.services.compact import (
     DEFAULT_TARGET_ROWS,
     compact,
 )
-from memwal_core.services.engine import ENGINES, engine_named
+from memwal_core.services.engine import ENGINES, Engine, engine_named
 from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS, MAX_GRACE_SECONDS, GcPolicy
 from memwal_core.services.gc.service import gc
 from memwal_core.services.ingest.service import ingest
@@ -93,7 +93,7 @@ def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
         table,
         regions=args.region or None,
         max_generations=args.max_generations,
-        engine=engine_named(args.engine, spark_master=args.spark_master),
+        engine=_engine(args),
         budget=budget,
         commit_form=args.commit_form,
         dry_run=args.dry_run,
@@ -104,8 +104,14 @@ def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 
 def _failed_regions(command: str, failures: Sequence[Failure]) -> int:
     """One error line per region that failed alone (the others went on); the exit status they call for."""
+    # A batch that failed as a whole (its engine's job died) fails each of its regions alike: one line.
+    alike: dict[str, list[Failure]] = {}
     for failure in failures:
-        print(f"memwal {command}: error: {failure.message}", file=sys.stderr)
+        alike.setdefault(failure.error, []).append(failure)
+    for error, group in alike.items():
+        regions = [f.region for f in group if f.region is not None]
+        line = f"regions {', '.join(regions)}: {error}" if len(regions) > 1 else group[0].message
+        print(f"memwal {command}: error: {line}", file=sys.stderr)
     return max((f.exit_code for f in failures), default=0)
 
 
@@ -120,7 +126,7 @@ def _cmd_snapshot(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 def _cmd_compact(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     result = compact(
         table,
-        engine=engine_named(args.engine, spark_master=args.spark_master),
+        engine=_engine(args),
         target_rows_per_fragment=args.target_rows,
         deletion_threshold=args.deletion_threshold,
         max_tasks=args.max_tasks,
@@ -137,9 +143,28 @@ def _cmd_retain(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 
 
 def _engine_arguments(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--engine", choices=ENGINES, default="local", help=what)
+    parser.add_argument(
+        "--engine", choices=ENGINES, help=f"{what} (default: spark when a Spark URL is named, else local)"
+    )
     parser.add_argument(
         "--spark-master", metavar="URL", help="Spark master (default: MEMWAL_SPARK_MASTER or local[*,2])"
+    )
+    parser.add_argument(
+        "--spark-remote",
+        metavar="URL",
+        help="Spark Connect server, sc://HOST:PORT (default: MEMWAL_SPARK_REMOTE); not with --spark-master",
+    )
+    parser.add_argument("--verbose", action="store_true", help="also show Spark's own logs")
+
+
+def _engine(args: argparse.Namespace) -> Engine:
+    """The engine `--engine` names; one this process runs in threads unless a Spark URL is named."""
+    named = args.spark_master or args.spark_remote
+    if args.engine == "local" and named:
+        raise BadInputError("--spark-master and --spark-remote need --engine spark")
+    kind = args.engine or ("spark" if named else "local")
+    return engine_named(
+        kind, spark_master=args.spark_master, spark_remote=args.spark_remote, verbose=args.verbose
     )
 
 
@@ -153,7 +178,7 @@ def _cmd_ingest(args: argparse.Namespace, table: MemWalTable) -> Outcome:
         MemWalTable.open(table.uri, table.storage_options),
         args.source,
         fmt=args.format,
-        engine=engine_named(args.engine, spark_master=args.spark_master),
+        engine=_engine(args),
         writer_options=options,
     )
     return result, 0

@@ -75,52 +75,103 @@ class LocalEngine(Engine):
 
 
 class SparkEngine(Engine):
-    """One Spark task per item, on the injected session or one started on first use.
+    """One Spark task per item, on the injected session or one started (or connected) on first use.
 
     The session is injected where a caller owns it (a Dagster run, a test's
-    shared session); otherwise `spark_session(master)` starts one (or reuses
-    the active one) only when a job first needs it, so building the engine
-    costs nothing. Tasks import pylance on the executor, inside their code.
+    shared session); otherwise `spark_session(master=..., remote=...)` starts
+    a classic one or connects to a Spark Connect server (`sc://`) only when a
+    job first needs it, so building the engine costs nothing. Tasks go
+    through the DataFrame API alone (a range of item indexes, `mapInArrow`,
+    results collected as Arrow), never `sparkContext` or RDDs, so the same
+    code runs on a classic session and on Spark Connect. Tasks import pylance
+    on the executor, inside their code.
     """
 
     name = "spark"
     remote = True
 
-    def __init__(self, session: SparkSession | None = None, *, master: str | None = None) -> None:
+    def __init__(
+        self,
+        session: SparkSession | None = None,
+        *,
+        master: str | None = None,
+        remote: str | None = None,
+        verbose: bool = False,
+    ) -> None:
+        from memwal_core.spark_session import check_spark_target
+
+        check_spark_target(master, remote)
         self._session = session
         self._master = master
+        self._remote = remote
+        self._verbose = verbose
+        self._opened_remote = False
+        self._parallelism: int | None = None
 
     @property
     def session(self) -> SparkSession:
         if self._session is None:
-            from memwal_core.spark_session import spark_session
+            from memwal_core.spark_session import spark_session, spark_target
 
-            self._session = spark_session(self._master)
+            master, remote = spark_target(self._master, self._remote)
+            self._session = spark_session(master, remote=remote, verbose=self._verbose)
+            self._opened_remote = remote is not None
         return self._session
 
+    def close(self) -> None:
+        """End the Spark Connect session this engine opened (its server-side state goes at once).
+
+        An injected session is its owner's, and a classic one the process's: both are left as they are.
+        """
+        if self._opened_remote and self._session is not None:
+            self._session.stop()
+            self._session = None
+
+    def _failed(self, what: str, exc: Exception) -> MemwalError:
+        """A Spark failure as memwal's error; a Connect session this engine opened is dropped unreleased.
+
+        The server may be gone, and PySpark would retry releasing the session when the process exits.
+        """
+        from memwal_core.spark_session import executor_error, executor_memwal_error
+
+        if self._opened_remote and self._session is not None:
+            self._session.client.close()
+            self._session = None
+        return executor_memwal_error(exc) or EngineJobError(
+            f"{what}: Spark job failed: {executor_error(exc)}"
+        )
+
     def parallelism(self) -> int:
-        return max(1, int(self.session.sparkContext.defaultParallelism))
+        if self._parallelism is None:
+            from memwal_core.spark_session import default_parallelism
+
+            try:
+                self._parallelism = default_parallelism(self.session)
+            except MemwalError:
+                raise
+            except Exception as exc:
+                raise self._failed("asking Spark for its parallelism", exc) from exc
+        return self._parallelism
 
     def run(self, task: Callable[[T], R], items: Sequence[T], *, what: str) -> list[R]:
-        from memwal_core.spark_session import executor_error, executor_memwal_error
+        from memwal_core.spark_session import run_tasks
 
         if not items:
             return []
-        context = self.session.sparkContext
-        context.setJobDescription(f"memwal {what}")
         try:
-            # As many slices as items: parallelize slices a list evenly, one item per task here.
-            return list(context.parallelize(list(items), len(items)).map(task).collect())
-        except Exception as exc:  # a Py4J/PySpark error wrapping the executor's traceback
-            raise executor_memwal_error(exc) or EngineJobError(
-                f"{what}: Spark job failed: {executor_error(exc)}"
-            ) from exc
+            return run_tasks(self.session, task, items, what=what)
+        except MemwalError:
+            raise
+        except Exception as exc:  # a PySpark (classic or Connect) error wrapping the executor's traceback
+            raise self._failed(what, exc) from exc
 
 
-def engine_named(name: str, *, spark_master: str | None = None) -> Engine:
-    """The engine the CLI's `--engine NAME` asks for (`--spark-master` for Spark)."""
+def engine_named(
+    name: str, *, spark_master: str | None = None, spark_remote: str | None = None, verbose: bool = False
+) -> Engine:
+    """The engine the CLI's `--engine NAME` asks for (`--spark-master` or `--spark-remote` for Spark)."""
     if name == "local":
         return LocalEngine()
     if name == "spark":
-        return SparkEngine(master=spark_master)
+        return SparkEngine(master=spark_master, remote=spark_remote, verbose=verbose)
     raise BadInputError(f"unknown engine {name!r} (use {' or '.join(ENGINES)})")

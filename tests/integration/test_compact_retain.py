@@ -22,13 +22,13 @@ from memwal_core.format.index_details import IndexDetails
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.catchup import catchup
 from memwal_core.services.compact import compact
-from memwal_core.services.engine import SparkEngine
 from memwal_core.services.gc.rules import RETAINED_VERSION, GcPolicy
 from memwal_core.services.gc.service import gc
 from memwal_core.services.merge.service import merge
 from memwal_core.services.retain import parse_duration, retain
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.snapshot.stored import read_stored_snapshot
+from tests.support.engines import engine_called
 from tests.support.model import ModelTable
 from tests.support.paths import PROJECT_ROOT
 from tests.support.schema import PRIMARY_KEY
@@ -100,17 +100,17 @@ def assert_compacted(table: ModelTable, before: IndexDetails, fragments_after: i
     assert_indexes_answer(table)
 
 
-@pytest.mark.parametrize("engine", ["local", "spark"])
+@pytest.mark.parametrize("engine", ["local", "spark", "connect"])
 def test_compaction_keeps_rows_progress_catchup_and_indexes(
-    tmp_path: Path, engine: str, request: pytest.FixtureRequest
+    tmp_path: Path, engine: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table, _region = fragmented_table(tmp_path / "t")
     before, fragments = caught_up_before_compaction(table)
-    chosen = SparkEngine(request.getfixturevalue("spark")) if engine == "spark" else None
+    chosen = engine_called(engine, request, monkeypatch, rows_per_task=1)
     with MemWalTable.open(table.uri) as opened:
         result = compact(opened, engine=chosen, target_rows_per_fragment=TARGET_ROWS)
     assert result.fragments_before == fragments and result.fragments_removed == fragments
-    assert result.rows_rewritten == len(table.rows) and result.engine == engine
+    assert result.rows_rewritten == len(table.rows) and result.engine == chosen.name
     assert_compacted(table, before, result.fragments_after)
 
 

@@ -16,7 +16,7 @@ import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 TABLES = ("alpha", "beta")
 # The table the UI test watches: its sensor starts switched off.
-UI_TABLE = TableConfig(name="gamma", uri="", sensor_interval_seconds=2, status_interval_seconds=1)
+UI_TABLE = TableConfig(name="gamma", uri="gamma", sensor_interval_seconds=2, status_interval_seconds=1)
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
 
@@ -54,7 +54,8 @@ class E2E:
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
+def deployment(tmp_path_factory: pytest.TempPathFactory, connect_server: Any) -> Iterator[E2E]:
+    """The daemon merges on the pipeline's default engine, Spark, through the warm Connect server."""
     root = tmp_path_factory.mktemp("dagster-e2e")
     tables = {name: keyed_backlog_table(root / name)[0] for name in TABLES}
     ui_table, ui_regions = keyed_backlog_table(root / UI_TABLE.name)
@@ -67,7 +68,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
         + f"  - {{name: {UI_TABLE.name}, uri: '{ui_table.uri}', sensor_interval_seconds: "
         f"{UI_TABLE.sensor_interval_seconds}, status_interval_seconds: {UI_TABLE.status_interval_seconds}}}\n"
     )
-    with DagsterDeployment(listing) as running:
+    with DagsterDeployment(listing, env={"MEMWAL_SPARK_REMOTE": connect_server.url}) as running:
         yield E2E(running, tables, ui_table, ui_regions)
 
 

@@ -73,6 +73,10 @@ def test_the_example_environment_file_sets_what_the_instance_and_the_tables_read
     env = dict(item.split("=", 1) for item in shell.stdout.split("\0") if item)
     assert {name for name in env if name.startswith("DAGSTER_PG_")} == set(CONNECTION_ENV.values())
     assert {"DAGSTER_HOME", "MEMWAL_TABLES"} <= env.keys()
+    # The runs' warm Spark: the Connect server the systemd unit starts, on its port.
+    port = env["MEMWAL_SPARK_REMOTE"].removeprefix("sc://127.0.0.1:")
+    unit = (DEPLOY / "memwal-spark-connect.service").read_text()
+    assert f"spark.connect.grpc.binding.port={port} " in unit and "binding.address=127.0.0.1" in unit
     options = json.loads(env["EVENTS_STORAGE_OPTIONS"])
     StorageOptions.checked(options)  # every key is one Lance knows
     assert sorted(options) == [
@@ -104,7 +108,8 @@ def production(
         table, _ = keyed_backlog_table(root / TABLE)
         listing = root / "tables.yaml"
         listing.write_text(
-            f"tables:\n  - {{name: {TABLE}, uri: '{table.uri}', sensor_interval_seconds: 2}}\n"
+            # The instance's storage is the subject here, not Spark: merges run in the run's process.
+            f"tables:\n  - {{name: {TABLE}, uri: '{table.uri}', sensor_interval_seconds: 2, merge_engine: local}}\n"
         )
         with DagsterDeployment(listing, instance_yaml=POSTGRES_YAML) as deployment:
             yield deployment, server, table

@@ -24,6 +24,7 @@ from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import SparkEngine
 from memwal_core.services.ingest.service import ingest
 from memwal_core.services.writer import MemWalWriter, WriterOptions
+from tests.support.engines import engine_called
 from tests.support.paths import PROJECT_ROOT
 from tests.support.schema import lsm_rows, make_table, model_of, source_rows
 from tests.support.tables import tree_digest
@@ -64,16 +65,18 @@ def test_local_ingest_of_parquet_csv_and_json(tmp_path: Path) -> None:
     assert lsm_rows(uri) == model_of(first, second)
 
 
-@pytest.mark.parametrize("buckets", [4, 16])
-def test_spark_ingest_equals_the_source_deduplicated(spark: Any, tmp_path: Path, buckets: int) -> None:
+@pytest.mark.parametrize(("engine", "buckets"), [("spark", 4), ("spark", 16), ("connect", 4)])
+def test_spark_ingest_equals_the_source_deduplicated(
+    tmp_path: Path, engine: str, buckets: int, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
     uri = make_table(tmp_path / "t", bucket_column="id", num_buckets=buckets)
     src = tmp_path / "src"
     src.mkdir()
     parts = [source_rows(50_000, offset=i * 40_000, tag=f"p{i}-") for i in range(6)]  # overlaps: duplicates
     for i, part in enumerate(parts):
         pq.write_table(part, src / f"part-{i}.parquet")
-    result = ingest(MemWalTable.open(uri), [str(src)], engine=SparkEngine(spark))
-    assert result.rows_read == 300_000 and len(result.regions) == buckets
+    result = ingest(MemWalTable.open(uri), [str(src)], engine=engine_called(engine, request, monkeypatch, 1))
+    assert result.rows_read == 300_000 and len(result.regions) == buckets and result.engine == "spark"
     assert lsm_rows(uri) == model_of(*parts)  # duplicated keys: the later file's row wins
     assert not MemWalTable.open(uri).store.list_files(STAGING_DIR, recursive=True), "staged parts left behind"
 
@@ -158,6 +161,8 @@ def test_spark_ingest_on_a_standalone_cluster(standalone_spark: Any, tmp_path: P
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    # Quiet: no log4j banner, JVM notice, lance fork warning or Py4J goodbye (they go to Spark's log).
+    assert proc.stderr == "", proc.stderr[-2000:]
     payload = json.loads(proc.stdout)
     assert payload["rows_written"] == 40_000 and len(payload["regions"]) == 4
     assert lsm_rows(uri) == model_of(rows)

@@ -30,6 +30,7 @@ from dagster import (
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.test_utils import create_run_for_test
 
+from memwal_core.connect_server import ConnectServer
 from memwal_core.errors import BadInputError
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.retain import retain
@@ -37,6 +38,7 @@ from memwal_core.services.status import status
 from memwal_pipelines.config import TableConfig, load_tables
 from memwal_pipelines.definitions import build_definitions, defs
 from memwal_pipelines.keys import TableKeys
+from memwal_pipelines.warm_spark import warm_home
 from tests.support.browser import (
     ARTIFACTS,
     COMMUNITY_DIALOG,
@@ -78,24 +80,29 @@ def status_recorded(result: SensorResult) -> list[dict[str, Any]]:
 
 
 def assert_plottable(events: list[dict[str, Any]]) -> None:
-    """The same keys in every event, each always an int or always a float: one plot per key."""
+    """The same keys in every event, each always an int or always a float: one plot per key.
+
+    `engine` is the one text label (where the work ran), which the UI shows and does not plot.
+    """
     assert len({tuple(sorted(e)) for e in events}) == 1, "every event has the same keys"
-    kinds = {(k, type(v)) for e in events for k, v in e.items()}
-    assert {kind for _, kind in kinds} <= {int, float} and len(kinds) == len(events[0]), kinds
+    assert all(isinstance(e.get("engine", ""), str) for e in events)
+    kinds = {(k, type(v)) for e in events for k, v in e.items() if k != "engine"}
+    assert {kind for _, kind in kinds} <= {int, float}, kinds
+    assert len(kinds) == len([k for k in events[0] if k != "engine"]), kinds
 
 
 def test_default_location_and_table_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert defs.resolve_asset_graph().get_all_asset_keys()
     listing = tmp_path / "tables.yaml"
     listing.write_text(
-        "tables:\n  - {name: events, uri: s3://b/events, storage_options_env: EV_OPTS, merge_engine: spark}\n"
+        "tables:\n  - {name: events, uri: s3://b/events, storage_options_env: EV_OPTS, merge_engine: local}\n"
         "  - {name: orders, uri: /data/orders, max_backlog_generations: 4}\n"
     )
     monkeypatch.setenv("MEMWAL_TABLES", str(listing))
     tables = load_tables()
     assert [(t.name, t.merge_engine, t.max_backlog_generations) for t in tables] == [
-        ("events", "spark", 16),
-        ("orders", "local", 4),
+        ("events", "local", 16),
+        ("orders", "spark", 4),  # the default
     ]
     graph = build_definitions(tables).resolve_asset_graph()
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} >= {
@@ -276,22 +283,27 @@ def verdicts(result: Any) -> dict[str, bool]:
     return {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
 
 
-@pytest.mark.parametrize("engine", ["local", "spark"])
+@pytest.mark.parametrize("engine", ["local", "spark", "connect"])
 def test_jobs_merge_catch_up_snapshot_and_check_a_real_table(
-    tmp_path: Path, engine: str, request: pytest.FixtureRequest
+    tmp_path: Path, engine: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Spark comes from the pipeline's dagster-pyspark resource: the shared classic session, or a Connect
+    session on the shared server when MEMWAL_SPARK_REMOTE names it."""
     if engine == "spark":
         request.getfixturevalue("spark")  # the shared session: the lazy resource reuses it
+    if engine == "connect":
+        monkeypatch.setenv("MEMWAL_SPARK_REMOTE", request.getfixturevalue("connect_server").url)
     table, regions = keyed_backlog_table(tmp_path / "t")
     table.dataset().create_scalar_index("id", "BTREE")
-    keys = TableKeys(TableConfig(name="t", uri=table.uri, merge_engine=engine))
+    kind = "local" if engine == "local" else "spark"
+    keys = TableKeys(TableConfig(name="t", uri=table.uri, merge_engine=kind))
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(keys.regions_name, regions)
 
     for region in regions:
         merged = run_job(keys, instance, "merge", region)
         metadata = merged.get_asset_materialization_events()[0].materialization.metadata
-        assert metadata["generations_merged"].value == 2
+        assert metadata["generations_merged"].value == 2 and metadata["engine"].value == kind
         assert metadata["merged_generation"].value == 2
     table.assert_merged()
 
@@ -314,6 +326,7 @@ def test_jobs_merge_catch_up_snapshot_and_check_a_real_table(
     # Compaction on the same engine; Lance drops the rewritten index's catch-up record, compaction restores it.
     compacted = materialized(run_job(keys, instance, "compaction"), "compaction")
     assert compacted["fragments_after"] == 1 and compacted["result"]["catchup_restored"] == ["id_idx"]
+    assert compacted["engine"] == kind
     table.assert_merged()
     assert verdicts(run_job(keys, instance, "checks"))["index_lag"] is True
 
@@ -433,7 +446,7 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
         env={**env, "PYTHONPATH": str(PROJECT_ROOT)},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "0 pending generation(s)" in proc.stdout
@@ -458,6 +471,12 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     assert all(r.is_success for r in runs)
     gc_line = next(line for line in proc.stdout.splitlines() if line.startswith("gc "))
     assert "lsm_consistency=passed" in gc_line and "generations_deleted=" in gc_line
+    # Merge and compaction ran on Spark: the Connect server the demo started, and stopped when it ended.
+    for job in ("merge ", "compaction "):
+        assert "engine=spark" in next(line for line in proc.stdout.splitlines() if line.startswith(job))
+    warm = warm_home(home)
+    assert (warm / "logs").is_dir() and ConnectServer.find(warm) is None
+    assert not list(warm.glob("*.pid")), "the demo's Spark Connect server was not stopped"
     # The closing hint is a `dg dev` command for where the demo ran: it serves the location there,
     # and the demo group's lineage shows every asset the runs materialized (the README's picture).
     hint = proc.stderr.splitlines()[-2].split()

@@ -18,11 +18,22 @@ from memwal_core.services.merge.staged import ROWS_PER_TASK_ENV
 def merge_engine(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, rows_per_task: int
 ) -> Engine:
-    """The engine `request.param` names: local, or Spark on the shared session, cutting key partitions of
-    `rows_per_task` rows (few, so that even small tables are split over several tasks)."""
-    if request.param == "local":
+    """The engine `request.param` names (see `engine_called`)."""
+    return engine_called(request.param, request, monkeypatch, rows_per_task)
+
+
+def engine_called(
+    name: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, rows_per_task: int
+) -> Engine:
+    """Local, Spark on the shared session, or Spark Connect on the shared server ("connect"), cutting key
+    partitions of `rows_per_task` rows (few, so that even small tables are split over several tasks)."""
+    if name == "local":
         return LocalEngine()
     monkeypatch.setenv(ROWS_PER_TASK_ENV, str(rows_per_task))
+    if name == "connect":
+        connected = SparkEngine(remote=request.getfixturevalue("connect_server").url)
+        request.addfinalizer(connected.close)  # before the shared server stops
+        return connected
     return SparkEngine(request.getfixturevalue("spark"))
 
 

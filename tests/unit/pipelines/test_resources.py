@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from memwal_core.errors import BadInputError
 from memwal_core.services.engine import LocalEngine
-from memwal_pipelines.config import TableConfig
+from memwal_pipelines.config import TableConfig, load_tables
 from memwal_pipelines.resources import memwal_resource
 
 TABLES = [
@@ -44,3 +46,30 @@ def test_storage_options_come_from_the_tables_variable_and_never_echo_it(
         with pytest.raises(BadInputError) as refused:
             memwal.storage_options("events")
         assert "s3cr3t" not in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_table_names_a_master_or_a_remote_never_both(tmp_path: Path) -> None:
+    listing = tmp_path / "tables.yaml"
+    listing.write_text(
+        "tables:\n  - name: t\n    uri: /t\n    spark_master: local[1]\n    spark_remote: sc://127.0.0.1:15002\n"
+    )
+    with pytest.raises(BadInputError) as refused:
+        load_tables(str(listing))
+    assert "not both" in str(refused.value) and "\n" not in str(refused.value)
+    remote = TableConfig(name="r", uri="/r", spark_remote="sc://127.0.0.1:15002")
+    assert memwal_resource([remote]).location("r").spark_remote == "sc://127.0.0.1:15002"
+
+
+def test_the_pipeline_spark_config_names_the_connect_server_or_a_classic_master(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("MEMWAL_SPARK_MASTER", raising=False)
+    monkeypatch.setenv("MEMWAL_SPARK_REMOTE", "sc://127.0.0.1:15002")
+    assert memwal_resource(TABLES).pyspark.spark_config == {"spark.remote": "sc://127.0.0.1:15002"}
+    monkeypatch.delenv("MEMWAL_SPARK_REMOTE")
+    monkeypatch.setenv("MEMWAL_SPARK_MASTER", "spark://h:7077")
+    config = memwal_resource(TABLES).pyspark.spark_config
+    assert config["spark.master"] == "spark://h:7077" and "spark.remote" not in config
+    monkeypatch.setenv("MEMWAL_SPARK_REMOTE", "sc://127.0.0.1:15002")
+    with pytest.raises(BadInputError, match="not both"):
+        memwal_resource(TABLES)

@@ -1,0 +1,165 @@
+"""pyspark's own Spark Connect server on 127.0.0.1: the warm Spark that short runs connect to.
+
+A classic SparkSession costs every run a JVM start (7-15 s, more under load);
+a Connect server pays it once and serves every run after it (`sc://`). The
+server is pyspark's bundled one (`pyspark/sbin/start-connect-server.sh`,
+which runs `spark-daemon.sh`): its pid file and logs go in `home`, its gRPC
+port binds 127.0.0.1 only, and it runs this interpreter's Python workers, so
+tasks import the same pylance and memwal. `ConnectServer.find` reuses one a
+former command left running; whoever started a server stops it, by its PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from memwal_core.errors import MemwalError
+from memwal_core.spark_session import LOOPBACK
+
+# Where the daemon script writes its pid file: spark-{ident}-{class}-{instance}.pid.
+_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+_IDENT = "memwal"
+STATE_FILE = "connect-server.json"
+DEFAULT_MASTER = "local[*,2]"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+class ConnectServer:
+    """One local Spark Connect server whose pid file, logs and state live in `home`."""
+
+    def __init__(self, home: str | os.PathLike[str], port: int | None = None) -> None:
+        import pyspark
+
+        self.home = Path(home)
+        self.port = port or _free_port()
+        self.spark_home = Path(pyspark.__file__).parent
+        self.pid_file = self.home / f"spark-{_IDENT}-{_CLASS}-1.pid"
+        self.log_dir = self.home / "logs"
+
+    @property
+    def url(self) -> str:
+        """What a client names as its remote."""
+        return f"sc://{LOOPBACK}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The server JVM's PID, while its pid file names a live process."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    def running(self) -> bool:
+        """Its JVM lives and its port accepts connections."""
+        return self.pid is not None and _accepts(self.port)
+
+    @classmethod
+    def find(cls, home: str | os.PathLike[str]) -> ConnectServer | None:
+        """The server a former command started in `home`, if it still runs."""
+        try:
+            state = json.loads((Path(home) / STATE_FILE).read_text())
+            server = cls(home, int(state["port"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return server if server.running() else None
+
+    def start(
+        self, *, master: str = DEFAULT_MASTER, conf: Mapping[str, str] | None = None, timeout: float = 180.0
+    ) -> None:
+        """Start the server and wait until it accepts clients; a failure names its log."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        (self.home / "conf").mkdir(exist_ok=True)
+        settings = {
+            "spark.connect.grpc.binding.address": LOOPBACK,
+            "spark.connect.grpc.binding.port": str(self.port),
+            "spark.driver.host": LOOPBACK,
+            "spark.driver.bindAddress": LOOPBACK,
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
+            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.driver.python": sys.executable,
+            **(conf or {}),
+        }
+        command = [str(self.spark_home / "sbin" / "start-connect-server.sh"), "--master", master]
+        for key, value in settings.items():
+            command += ["--conf", f"{key}={value}"]
+        env = {
+            **os.environ,
+            "SPARK_HOME": str(self.spark_home),
+            # An empty conf dir: no spark-env.sh or spark-defaults.conf from elsewhere.
+            "SPARK_CONF_DIR": str(self.home / "conf"),
+            "SPARK_PID_DIR": str(self.home),
+            "SPARK_LOG_DIR": str(self.log_dir),
+            "SPARK_IDENT_STRING": _IDENT,
+            "SPARK_LOCAL_IP": LOOPBACK,
+            "PYSPARK_PYTHON": sys.executable,
+        }
+        # Its own session: a terminal's Ctrl-C reaches the command that owns the server, which stops it.
+        subprocess.run(
+            command,
+            env=env,
+            cwd=self.home,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            check=False,
+        )
+        # The daemon script has written the pid file when it returns; a JVM that died since failed to start.
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and (pid := self.pid) is not None:
+            if _accepts(self.port):
+                (self.home / STATE_FILE).write_text(json.dumps({"port": self.port, "pid": pid}))
+                return
+            time.sleep(0.2)
+        self.stop()
+        raise MemwalError(
+            f"the Spark Connect server did not start on {self.url}; see its log in {self.log_dir}"
+        )
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the server JVM by its PID (TERM, then KILL) and forget it."""
+        pid = self.pid
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        for path in (self.pid_file, self.home / STATE_FILE):
+            path.unlink(missing_ok=True)

@@ -1,0 +1,176 @@
+"""The Spark engine on Spark Connect: pyspark's own server on 127.0.0.1, the same code as a classic session.
+
+Merge (both commit forms), the `memwal` command naming the server, the engine
+contract, and a server killed mid-merge. Compaction and ingestion through
+Connect are in their own test files, beside their classic runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memwal_core.connect_server import ConnectServer
+from memwal_core.demo import write_demo_table
+from memwal_core.errors import BadInputError
+from memwal_core.format.naming import STAGING_DIR
+from memwal_core.model.table import MemWalTable
+from memwal_core.services.engine import Engine, SparkEngine
+from memwal_core.services.merge.commit import SINGLE, TWO_STEP
+from memwal_core.services.merge.service import merge
+from memwal_core.services.status import status
+from memwal_pipelines.resources import pipeline_spark_config
+from memwal_pipelines.warm_spark import warm_home, warm_spark
+from tests.support.connect import started_connect_server
+from tests.support.engines import check_engine_contract, merge_engine
+from tests.support.model import keyed_backlog_table
+from tests.support.paths import PROJECT_ROOT
+
+
+@pytest.fixture(params=["connect"])
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Engine:
+    return merge_engine(request, monkeypatch, rows_per_task=8)
+
+
+def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memwal_core.cli.main", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})},
+        timeout=600,
+    )
+
+
+def progress(uri: str) -> dict[str, int]:
+    with MemWalTable.open(uri) as table:
+        return {r.region: r.merged_generation for r in status(table).regions}
+
+
+def test_engine_contract_on_a_connect_session(connect_server: Any, engine: Engine) -> None:
+    check_engine_contract(engine)
+    assert engine.parallelism() == 2  # the server's local[2,2]
+
+    def where(_item: int) -> int:
+        return os.getpid()
+
+    assert os.getpid() not in engine.run(where, list(range(4)), what="pids"), "a task ran in the client"
+
+
+@pytest.mark.parametrize("form", [SINGLE, TWO_STEP])
+def test_merge_through_connect_equals_the_model(tmp_path: Path, engine: Engine, form: str) -> None:
+    table, regions = keyed_backlog_table(tmp_path / "t", regions=3, rounds=2)
+    with MemWalTable.open(table.uri) as opened:
+        result = merge(opened, engine=engine, commit_form=form)
+        after = status(opened)
+    assert not result.failures and result.engine == "spark"
+    assert {r.region for r in result.regions} == set(regions)
+    assert after.pending_total == 0
+    table.assert_merged()
+    assert not MemWalTable(table.uri).store.list_files(STAGING_DIR), "staged collapse output is left behind"
+
+
+def test_cli_merges_the_demo_table_on_a_connect_server(tmp_path: Path, connect_server: Any) -> None:
+    log = write_demo_table(str(tmp_path / "demo"), base_rows=300, regions=3, rounds=2, rows_per_generation=40)
+    done = run_cli("merge", "demo", "--engine", "spark", "--spark-remote", connect_server.url, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "(spark engine)" in done.stdout
+    noise = [line for line in done.stderr.splitlines() if not line.startswith("region ")]
+    assert noise == [], "a normal run prints only its progress on stderr (no Spark banner, no warnings)"
+    rows = {
+        r["id"]: (r["name"], r["score"])
+        for r in MemWalTable(str(tmp_path / "demo")).dataset().to_table().to_pylist()
+    }
+    assert rows == log.model()
+
+
+def test_master_and_remote_named_together_is_one_line_of_bad_input(tmp_path: Path) -> None:
+    write_demo_table(str(tmp_path / "demo"), base_rows=50, regions=1, rounds=1, rows_per_generation=10)
+    both = ("--spark-master", "local[1]", "--spark-remote", "sc://127.0.0.1:1")
+    for command in ("merge", "compact"):
+        done = run_cli(command, "demo", *both, cwd=tmp_path)
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert "not both" in done.stderr
+    env_both = {"MEMWAL_SPARK_MASTER": "local[1]", "MEMWAL_SPARK_REMOTE": "sc://127.0.0.1:1"}
+    done = run_cli("merge", "demo", "--engine", "spark", cwd=tmp_path, env=env_both)
+    assert done.returncode == 2 and "MEMWAL_SPARK_MASTER or MEMWAL_SPARK_REMOTE" in done.stderr, done.stderr
+    with pytest.raises(BadInputError, match="not both"):
+        SparkEngine(master="local[1]", remote="sc://127.0.0.1:1")
+    with pytest.raises(BadInputError, match="sc://"):
+        SparkEngine(remote="spark://127.0.0.1:7077")
+
+
+def _python_workers_of(pid: int) -> list[int]:
+    """PySpark Python workers under the JVM `pid` (its children running pyspark's daemon or worker)."""
+    workers = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == pid and "pyspark" in command:
+            workers.append(int(entry.name))
+    return workers
+
+
+def test_connect_server_killed_mid_merge_one_error_progress_kept_rerun_converges(
+    tmp_path: Path, connect_server: Any
+) -> None:
+    uri = str(tmp_path / "demo")
+    log = write_demo_table(uri, base_rows=20_000, regions=3, rounds=4, rows_per_generation=3000)
+    before = progress(uri)
+    version = MemWalTable(uri).dataset().version
+    with started_connect_server(tmp_path / "doomed") as doomed:
+        server_pid = doomed.pid
+        assert server_pid is not None
+        merging = subprocess.Popen(
+            [sys.executable, "-m", "memwal_core.cli.main", "merge", uri, "--spark-remote", doomed.url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "MEMWAL_SPARK_ROWS_PER_TASK": "2000"},
+        )
+        deadline = time.monotonic() + 300
+        while not _python_workers_of(server_pid) and merging.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert merging.poll() is None, "the merge ended before its tasks ran: nothing was killed mid-merge"
+        os.kill(server_pid, signal.SIGKILL)
+        stdout, stderr = merging.communicate(timeout=300)
+    assert merging.returncode == 1, (stdout, stderr)
+    assert len(stderr.splitlines()) == 1 and "Spark" in stderr, stderr
+    assert progress(uri) == before and MemWalTable(uri).dataset().version == version
+    done = run_cli("merge", uri, "--spark-remote", connect_server.url, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    after = progress(uri)
+    assert all(after[r] > before[r] for r in before)
+    rows = {r["id"]: (r["name"], r["score"]) for r in MemWalTable(uri).dataset().to_table().to_pylist()}
+    assert rows == log.model()
+
+
+def test_a_live_warm_server_is_reused_and_left_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `demo` or `python -m memwal_pipelines spark` find in DAGSTER_HOME: used by runs, not stopped by them."""
+    for variable in ("MEMWAL_SPARK_REMOTE", "MEMWAL_SPARK_MASTER"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    assert pipeline_spark_config()["spark.master"], "no warm server: a classic session"
+    with started_connect_server(warm_home(tmp_path)) as running:
+        assert pipeline_spark_config() == {"spark.remote": running.url}
+        with warm_spark(tmp_path) as url:
+            assert url == running.url and os.environ["MEMWAL_SPARK_REMOTE"] == url
+        assert running.running(), "a command stopped a server it did not start"
+        assert "MEMWAL_SPARK_REMOTE" not in os.environ
+    assert ConnectServer.find(warm_home(tmp_path)) is None
