@@ -41,28 +41,38 @@ class ForwardingProxy(InProcessListener):
         upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.hold(connection)
         self.hold(upstream)
-        doomed = threading.Event()
+        doomed: list[object] = []  # what on_request chose for this connection's answers
         threading.Thread(target=self._requests, args=(connection, upstream, doomed), daemon=True).start()
         threading.Thread(target=self._responses, args=(upstream, connection, doomed), daemon=True).start()
 
-    def on_request(self, line: str) -> bool:
-        """Called before a request is forwarded; True: swallow the response on this connection."""
+    def on_request(self, line: str) -> object:
+        """Called before a request is forwarded; anything truthy dooms the answers on this connection."""
         return False
 
-    def _requests(self, client: socket.socket, upstream: socket.socket, doomed: threading.Event) -> None:
+    def answer_doomed(self, choice: object, client: socket.socket) -> bool:
+        """The server answered a doomed request (so applied it); False stops forwarding on the connection.
+
+        By default the answer is swallowed and the client times out.
+        """
+        return True
+
+    def _requests(self, client: socket.socket, upstream: socket.socket, doomed: list[object]) -> None:
         with contextlib.suppress(OSError):
             while chunk := client.recv(65536):
                 line = request_line(chunk)
-                if line is not None and self.on_request(line):
-                    doomed.set()
+                choice = self.on_request(line) if line is not None else None
+                if choice:
+                    doomed.append(choice)
                 upstream.sendall(chunk)
             upstream.shutdown(socket.SHUT_WR)
 
-    def _responses(self, upstream: socket.socket, client: socket.socket, doomed: threading.Event) -> None:
+    def _responses(self, upstream: socket.socket, client: socket.socket, doomed: list[object]) -> None:
         with contextlib.suppress(OSError):
             while chunk := upstream.recv(65536):
-                if not doomed.is_set():  # a swallowed answer: the client times out
+                if not doomed:
                     client.sendall(chunk)
+                elif not self.answer_doomed(doomed[0], client):
+                    break
         for sock in (client, upstream):
             with contextlib.suppress(OSError):
                 sock.close()
