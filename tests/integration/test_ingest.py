@@ -291,3 +291,38 @@ def test_writer_options_lance_would_check_only_after_claiming_are_refused_when_m
     name = next(iter(options))
     with pytest.raises(BadInputError, match=f"writer option {name} must be"):
         WriterOptions(**options)
+
+
+READ_PEAK = """
+import sys
+from memwal_core.model.table import MemWalTable
+from memwal_core.services.ingest.sources import resolve_sources
+from tests.support.peak_rss import high_water_kib
+with MemWalTable.open(sys.argv[1]) as table:
+    sources = resolve_sources([sys.argv[2]], None, table.storage_options)
+    rows = sum(part.num_rows for path in sources.files for part in sources.read(path, table.schema))
+print(rows, high_water_kib() // 1024)
+"""
+
+
+def test_reading_a_parquet_source_holds_one_row_group_at_a_time(tmp_path: Path) -> None:
+    """A source's memory is set by its row groups, not its length (pyarrow's iter_batches grew with the file)."""
+    uri = make_table(tmp_path / "t")
+    peaks = []
+    for rows in (100_000, 4_000_000):
+        keys = pa.array(range(rows), pa.int64())
+        names = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int8()), ["n"]).cast(pa.string())
+        columns = {"id": keys, "name": names, "score": keys.cast(pa.float64())}
+        path = tmp_path / f"rows-{rows}.parquet"
+        pq.write_table(pa.table(columns), path, row_group_size=100_000)
+        done = subprocess.run(
+            [sys.executable, "-c", READ_PEAK, uri, str(path)],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        read, peak = map(int, done.stdout.split())
+        assert read == rows
+        peaks.append(peak)
+    assert peaks[1] - peaks[0] < 40, f"peak MiB {peaks[0]} at 100k rows, {peaks[1]} at 4M"

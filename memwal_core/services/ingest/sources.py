@@ -103,8 +103,12 @@ def _read(handle: Any, fmt: str, schema: pa.Schema) -> Iterator[pa.Table]:
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        for batch in pq.ParquetFile(handle).iter_batches(batch_size=BATCH_ROWS):
-            yield pa.Table.from_batches([batch])
+        # One row group at a time: `iter_batches` held memory in step with the whole file (a 4M-row file
+        # of 100k-row groups: 225 MiB against 101 MiB for 200k rows; by row group, 118 against 105).
+        source = pq.ParquetFile(handle)
+        for index in range(source.num_row_groups):
+            for batch in source.read_row_group(index).to_batches(max_chunksize=BATCH_ROWS):
+                yield pa.Table.from_batches([batch])
     elif fmt == "csv":
         import pyarrow.csv as pcsv
 
