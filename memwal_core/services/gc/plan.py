@@ -196,7 +196,8 @@ def plan_region(
     """The plan of one region; None if it has no manifest yet.
 
     One LIST of the region's directory, then its latest manifest, found from the newest
-    listed version (verified by one HEAD). The listing comes first: every directory it
+    listed version (verified by one HEAD), and the version hint (a hint past it means the
+    newest manifest was deleted: GC must not write over that gap). The listing comes first: every directory it
     shows existed before that manifest was read, so the manifest says whether it is listed.
     """
     store = table.store
@@ -207,6 +208,7 @@ def plan_region(
     latest = table.read_region(region, max(stored, default=None))
     if latest is None:
         return None
+    manifests.verify_hint(latest.version)
     grace = policy.grace_seconds
     listed = {g.path for g in latest.generations}
     prune: list[GenerationDir] = []
