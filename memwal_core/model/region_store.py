@@ -155,18 +155,16 @@ class RegionManifestStore:
         if oldest is None:
             raise NotFoundError(f"region {self.region} has no manifest in {self.store.describe(self.dir)}")
         latest = self._probe_from(oldest)
-        self._check_hint(hint, latest)
+        self.check_hint(hint, latest)
         return self.read(latest)
 
-    def verify_hint(self, latest: int) -> None:
-        """Refuse a region whose hint names a version past `latest` (one GET), before anything writes to it.
+    def check_hint(self, hint: int | None, latest: int) -> None:
+        """Refuse a region whose hint (read before `latest` was found) names a later version.
 
-        A read that starts from a known version skips the hint; a writer of the
-        region (GC prunes) must not, or it would write over the gap.
+        Writers store a version before they point the hint at it, so a hint read
+        first can only name a version that was stored by then; if the newest
+        found is older, that version was deleted.
         """
-        self._check_hint(self.read_hint(), latest)
-
-    def _check_hint(self, hint: int | None, latest: int) -> None:
         if hint is not None and latest < hint:
             # Writers store a version before pointing the hint at it: the newest manifest is gone,
             # and reading an older one would silently lose what it recorded.

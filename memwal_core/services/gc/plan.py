@@ -195,20 +195,21 @@ def plan_region(
 ) -> RegionGcPlan | None:
     """The plan of one region; None if it has no manifest yet.
 
-    One LIST of the region's directory, then its latest manifest, found from the newest
-    listed version (verified by one HEAD), and the version hint (a hint past it means the
-    newest manifest was deleted: GC must not write over that gap). The listing comes first: every directory it
+    The version hint, then one LIST of the region's directory, then its latest manifest,
+    found from the newest listed version (verified by one HEAD). A hint past that version
+    means the newest manifest was deleted: GC must not write over the gap. The listing comes first: every directory it
     shows existed before that manifest was read, so the manifest says whether it is listed.
     """
     store = table.store
     manifests = table.region_store(region)
+    hint = manifests.read_hint()  # before the listing: it can only name a version stored by then
     listing = RegionListing.read(store, region)
     stored = listing.manifest_versions
     # None: not claimed yet; generations without a manifest are corrupt, and fail the region.
     latest = table.read_region(region, max(stored, default=None))
     if latest is None:
         return None
-    manifests.verify_hint(latest.version)
+    manifests.check_hint(hint, latest.version)  # the newest manifest deleted: never write over the gap
     grace = policy.grace_seconds
     listed = {g.path for g in latest.generations}
     prune: list[GenerationDir] = []
