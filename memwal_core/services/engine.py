@@ -90,6 +90,7 @@ class SparkEngine(Engine):
     name = "spark"
     remote = True
 
+    @checked
     def __init__(
         self,
         session: SparkSession | None = None,
