@@ -143,6 +143,8 @@ class LocalStore(ObjectStore):
     def delete(self, path: str) -> None:
         self._io("delete", path, lambda: self._path(path).unlink(missing_ok=True))
 
+    keeps_empty_dirs = True
+
     def delete_trees(self, paths: Sequence[str]) -> list[list[ObjectInfo]]:
         deleted = super().delete_trees(paths)
         # Directories are not objects: drop the emptied ones, or listings would still show them.

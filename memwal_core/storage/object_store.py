@@ -119,6 +119,10 @@ class ObjectStore(ABC):
     def is_dir(self, path: str) -> bool:
         """Whether anything is stored below `path/`."""
 
+    # Whether a directory can outlive its last object (local disk; never on S3): then a listing of
+    # objects misses it, and who deletes directories must also ask `list_dirs`.
+    keeps_empty_dirs = False
+
     @abstractmethod
     def list_dirs(self, path: str) -> list[str]:
         """Names of the immediate sub-directories of `path`, sorted."""

@@ -187,6 +187,10 @@ class RegionListing:
                     wal.append(info)
             elif generation_from_dir_name(top) is not None:
                 dirs.setdefault(top, []).append(info)
+        if store.keeps_empty_dirs:  # a GC killed after emptying a directory left it behind, empty
+            for name in store.list_dirs(region_dir):
+                if generation_from_dir_name(name) is not None:
+                    dirs.setdefault(name, [])
         return cls(versions, dirs, wal)
 
 
