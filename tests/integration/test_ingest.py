@@ -24,23 +24,11 @@ from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import SparkEngine
 from memwal_core.services.ingest.service import ingest
 from memwal_core.services.writer import MemWalWriter, WriterOptions
+from tests.support.cli import run_cli
 from tests.support.engines import engine_called
 from tests.support.paths import PROJECT_ROOT
 from tests.support.schema import lsm_rows, make_table, model_of, source_rows
 from tests.support.tables import tree_digest
-
-
-def run_cli(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memwal_core.cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})},
-        timeout=600,
-    )
 
 
 def test_local_ingest_of_parquet_csv_and_json(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
 from memwal_pipelines.resources import pipeline_spark_config
 from memwal_pipelines.warm_spark import warm_home, warm_spark
+from tests.support.cli import run_cli
 from tests.support.connect import started_connect_server
 from tests.support.engines import check_engine_contract, merge_engine
 from tests.support.model import keyed_backlog_table
@@ -37,17 +38,6 @@ from tests.support.paths import PROJECT_ROOT
 @pytest.fixture(params=["connect"])
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Engine:
     return merge_engine(request, monkeypatch, rows_per_task=8)
-
-
-def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memwal_core.cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})},
-        timeout=600,
-    )
 
 
 def progress(uri: str) -> dict[str, int]:

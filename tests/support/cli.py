@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.support.paths import PROJECT_ROOT
 
@@ -36,3 +38,17 @@ def every_command(source: str) -> dict[str, list[str]]:
         "init": ["--primary-key", "id", "--unsharded"],
         "demo": [],
     }
+
+
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m memwal_core.cli.main *args` from `cwd` (any folder: the project is put on PYTHONPATH)."""
+    return subprocess.run(
+        [sys.executable, "-m", "memwal_core.cli.main", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})},
+        timeout=600,
+    )
