@@ -38,7 +38,7 @@ from memwal_core.model.table import MemWalTable
 from memwal_core.services.catchup import catchup
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.result import NOT_IN_JSON, ServiceResult
-from memwal_core.storage.limits import with_lance_defaults
+from memwal_core.storage.lance_datasets import open_dataset
 from memwal_core.storage.object_store import absolute_uri
 
 DEFAULT_TARGET_ROWS = 1024 * 1024
@@ -122,11 +122,7 @@ def _rewrite_task(uri: str, version: int, storage_options: Mapping[str, str]) ->
     absolute = absolute_uri(uri)
 
     def run(blob: bytes) -> bytes:
-        import lance
-
-        dataset = lance.dataset(
-            absolute, version=version, storage_options=with_lance_defaults(storage_options)
-        )
+        dataset = open_dataset(absolute, storage_options, version=version)
         return pickle.dumps(pickle.loads(blob).execute(dataset))
 
     return run

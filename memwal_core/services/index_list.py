@@ -38,6 +38,7 @@ from memwal_core.model.indexes import MaintainedIndexes, read_maintained
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.result import Failure
 from memwal_core.services.snapshot.stored import snapshot_hints
+from memwal_core.storage.lance_datasets import open_dataset
 
 
 @dataclass(frozen=True)
@@ -71,12 +72,9 @@ class ListUpdate:
 
 def _generation_indexes(table: MemWalTable, region: str, path: str) -> set[str] | None:
     """Names of the indexes a flushed generation carries; None if it cannot be opened (GC raced us)."""
-    import lance
-
     uri = f"{table.uri}/{MEM_WAL_DIR}/{region}/{path}"
     try:
-        dataset = lance.dataset(uri, storage_options=table.storage_options.as_dict() or None)
-        return {d.name for d in dataset.describe_indices()}
+        return {d.name for d in open_dataset(uri, table.storage_options.as_dict()).describe_indices()}
     except (OSError, ValueError):
         return None
 

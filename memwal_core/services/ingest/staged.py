@@ -29,7 +29,7 @@ from memwal_core.services.engine import Engine
 from memwal_core.services.ingest.sources import Ingested, SourceFiles
 from memwal_core.services.staging import stage, unstage_batches
 from memwal_core.services.writer import MemWalWriter, WriterOptions
-from memwal_core.storage.limits import with_lance_defaults
+from memwal_core.storage.lance_datasets import open_dataset
 from memwal_core.storage.object_store import absolute_uri
 
 # Stage 1 tasks per slot: files differ in size, so a few more tasks than slots even the load out.
@@ -52,11 +52,9 @@ def _stage_files(
     """Stage 1 task: (file index, path) pairs in; one staged part per file batch and region value out."""
 
     def run(files: Sequence[tuple[int, str]]) -> list[StagedPart]:
-        import lance
-
         from memwal_core.model.routing import partition_by_code
 
-        spec = region_spec_of(lance.dataset(uri, storage_options=with_lance_defaults(options)))
+        spec = region_spec_of(open_dataset(uri, options))
         if spec is None:
             raise BadInputError(f"table {uri} has manually managed regions")
         staged = []

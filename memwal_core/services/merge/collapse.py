@@ -27,7 +27,7 @@ from memwal_core.errors import CorruptMetadataError, MemwalError, NotFoundError,
 from memwal_core.model.rows import conform
 from memwal_core.services.engine import Engine
 from memwal_core.services.merge.plan import GenerationSource, RegionMergePlan
-from memwal_core.storage.limits import with_lance_defaults
+from memwal_core.storage.lance_datasets import open_dataset
 
 TOMBSTONE = "_tombstone"
 # The region a collapsed key came from, in the key tables `shared_key` checks and in staged files.
@@ -72,12 +72,8 @@ def read_generation(
     source: GenerationSource, region: str, storage_options: Mapping[str, str] | None
 ) -> pa.Table:
     """All rows of one flushed generation (deletion vector applied)."""
-    import lance
-
     try:
-        return lance.dataset(
-            source.uri, storage_options=with_lance_defaults(storage_options or {})
-        ).to_table()
+        return open_dataset(source.uri, storage_options).to_table()
     except (ValueError, OSError) as exc:
         raise NotFoundError(
             f"region {region}: flushed generation {source.generation} at {source.uri} cannot be read "
@@ -153,8 +149,11 @@ def collapse_unit(
         return rows
 
     generations = unit.plan.generations
-    with ThreadPoolExecutor(min(READ_THREADS, len(generations))) as pool:
-        tables = list(pool.map(read, generations))
+    if len(generations) == 1:
+        tables = [read(generations[0])]
+    else:
+        with ThreadPoolExecutor(min(READ_THREADS, len(generations))) as pool:
+            tables = list(pool.map(read, generations))
     live, deleted = collapse_tables(tables, primary_key, base_schema, what=unit.what)
     deleted = plain_keys(deleted, primary_key)
     figures = RegionCollapse(

@@ -23,6 +23,7 @@ from memwal_core.format.regions import RegionManifest
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.result import Failure, to_jsonable
 from memwal_core.services.snapshot.stored import snapshot_hints
+from memwal_core.storage.lance_datasets import open_dataset
 from memwal_core.storage.object_store import absolute_uri
 
 
@@ -190,13 +191,10 @@ def plan_merge(
 
 def _measure(table: MemWalTable, source: GenerationSource) -> GenerationSource:
     """Fill in the size a writer did not record: rows from Lance's metadata, bytes from the data files."""
-    import lance
-
     rows = source.rows
     if rows is None:
         try:
-            dataset = lance.dataset(source.uri, storage_options=table.storage_options.as_dict() or None)
-            rows = int(dataset.count_rows())
+            rows = int(open_dataset(source.uri, table.storage_options.as_dict()).count_rows())
         except (ValueError, OSError):
             rows = None  # unreadable: the collapse reports it, with the generation's path
     size = source.bytes
