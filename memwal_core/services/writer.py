@@ -82,6 +82,11 @@ WRITE_ATTEMPTS = 3
 CLAIM_ATTEMPTS = 3
 # The WAL flush interval assumed when the options leave it to Lance (its default is well under this).
 DEFAULT_WAL_FLUSH_INTERVAL_S = 1.0
+# The WAL buffer size a durable writer gives Lance unless told otherwise: every put's entry is over
+# it, so Lance writes the entry at once instead of at its next interval tick (100 ms by default).
+# Lance runs one put per region writer at a time, so that wait never gathered puts into one WAL
+# write; it only added about half an interval to every durable put.
+DURABLE_WAL_BUFFER_BYTES = 1
 
 
 @dataclass(frozen=True)
@@ -212,6 +217,14 @@ class MemWalWriter:
         self.chunk_rows = int(
             self.options.max_memtable_rows or defaults.get("max_memtable_rows") or LANCE_MEMTABLE_ROWS
         )
+        self._native_options = self.options.native()
+        durable = (
+            defaults.get("durable_write", True)
+            if self.options.durable_write is None
+            else self.options.durable_write
+        )
+        if durable and self.options.max_wal_buffer_size is None and "max_wal_buffer_size" not in defaults:
+            self._native_options["max_wal_buffer_size"] = DURABLE_WAL_BUFFER_BYTES
         self._writers: dict[str, ShardWriter] = {}
         self._fenced: set[str] = set()
         # Regions whose native writer was given up after a failure: what it acknowledged may be in
@@ -291,7 +304,7 @@ class MemWalWriter:
 
     def _claim(self, region: str) -> ShardWriter:
         """One claim; a WAL generation our limits cannot replay is replayed once with larger ones."""
-        native = self.options.native()
+        native = self._native_options
         what = f"region {region}: claim"
         try:
             return _bounded(lambda: self._dataset.mem_wal_writer(region, **native), self.call_seconds, what)

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +209,28 @@ def test_put_all_gathers_small_parts_into_few_writes(tmp_path: Path) -> None:
         (stats,) = writer.stats().values()
     assert stats["put_count"] == 2 and stats["rows_put"] == 500  # 300 rows, then the last 200
     assert len(lsm_rows(uri)) == 500  # ids 0-2 replace the base rows
+
+
+@pytest.mark.parametrize("user_buffer", [None, 10 << 20], ids=["default", "user-set"])
+def test_a_durable_put_writes_its_wal_entry_before_returning(tmp_path: Path, user_buffer: int | None) -> None:
+    """By default each durable put writes its own WAL entry at once instead of waiting for Lance's
+    interval tick; a WAL buffer size the user sets is passed through (then puts wait for ticks)."""
+    uri = make_table(tmp_path / "t", unsharded=True)
+    regions = tmp_path / "t" / "_mem_wal"
+    interval = 2.0
+    with MemWalWriter(
+        uri, max_wal_flush_interval_ms=int(interval * 1000), max_wal_buffer_size=user_buffer
+    ) as writer:
+        started = time.monotonic()
+        for i in range(3):
+            before = set(regions.glob("*/wal/*.arrow"))
+            writer.put({"id": [100 + i], "name": ["w"], "score": [1.0]})
+            assert len(set(regions.glob("*/wal/*.arrow")) - before) == 1  # stored when put returns
+        waited = time.monotonic() - started
+        (stats,) = writer.stats().values()
+        assert stats["put_count"] == 3 and stats["wal_flush_count"] == 3
+    # Three puts a tick apart take at least two intervals; written at once, they take milliseconds.
+    assert (waited >= interval) == (user_buffer is not None), waited
 
 
 def test_a_pinned_writer_refuses_keys_of_other_regions(tmp_path: Path) -> None:
