@@ -76,6 +76,8 @@ RECOVERY_LIMITS = {"max_memtable_rows": 10_000_000, "max_memtable_batches": 1_00
 MAX_WAL_FLUSH_INTERVAL_MS = 60_000
 # Counts and sizes go to Lance and Arrow, which take them as (at most) signed 64-bit integers.
 INT64_MAX = 2**63 - 1
+# Regions written (or closed) at once: their WAL writes and flushes overlap.
+REGION_THREADS = 16
 # Tries at one chunk whose WAL write's answer was lost, each after a fresh claim of the region.
 WRITE_ATTEMPTS = 3
 # Tries at a claim refused as fenced: a lost answer to the claim's own manifest PUT reads that way.
@@ -358,16 +360,22 @@ class MemWalWriter:
             else:
                 counters.rows_deleted += rows.num_rows
 
-        if len(parts) == 1:
-            run(next(iter(parts)))
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="memwal-writer")
-        futures = [self._pool.submit(run, region) for region in parts]
-        errors = [f.exception() for f in futures]
-        for error in errors:
+        for error in self._each(run, list(parts)):
             if error is not None:
                 raise error
+
+    def _each(self, task: Callable[[str], None], regions: list[str]) -> list[BaseException | None]:
+        """`task(region)` for every region, in parallel threads; each one's error, or None."""
+        if len(regions) == 1:
+            try:
+                task(regions[0])
+            except Exception as exc:  # handed back like the pool's
+                return [exc]
+            return [None]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=REGION_THREADS, thread_name_prefix="memwal-writer")
+        futures = [self._pool.submit(task, region) for region in regions]
+        return [f.exception() for f in futures]
 
     def _write_chunk(self, kind: str, region: str, rows: pa.Table) -> None:
         """One chunk into a region, written again after a fresh claim while its outcome is uncertain.
@@ -464,19 +472,23 @@ class MemWalWriter:
         self._close_writers()
 
     def _close_writers(self) -> None:
-        """Close every native writer (each flushes), then settle regions whose writer was given up."""
-        errors: list[MemwalError] = []
-        for region, writer in list(self._writers.items()):
+        """Close every native writer (regions in parallel; each flushes), then settle given-up regions."""
+        writers = dict(self._writers)
+        self._writers.clear()
+
+        def close(region: str) -> None:
+            writer = writers[region]
             self._closed_stats[region] = self._merged_native_stats(region, writer)
             try:
                 _bounded(writer.close, self.call_seconds, f"region {region}: close")
             except (OSError, RuntimeError, ValueError) as exc:
-                errors.append(_native_error(region, exc))
                 self._unsettled.add(region)
-            except UncertainWriteError as exc:
-                errors.append(exc)
+                raise _native_error(region, exc) from None
+            except UncertainWriteError:
                 self._unsettled.add(region)
-            del self._writers[region]
+                raise
+
+        errors = [e for e in self._each(close, sorted(writers)) if e is not None] if writers else []
         for region in sorted(self._unsettled - self._fenced):
             try:
                 self._settle(region)
