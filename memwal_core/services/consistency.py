@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import pandas as pd
 import pyarrow as pa
 
 from memwal_core.errors import CorruptMetadataError, MemwalError, first_line
@@ -84,6 +83,8 @@ def check_consistency(table: MemWalTable, *, sample: int = 64, seed: int | None 
 def _compare(
     table: MemWalTable, plan: ReadPlan, *, sample: int, seed: int | None, started: float
 ) -> ConsistencyResult:
+    import pandas as pd  # imported here: a quarter second that most commands never need
+
     primary_key = list(table.primary_key)
     base = table.dataset(plan.table_version)
     schema = base.schema

@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -99,6 +98,8 @@ def collapse_tables(
     """Newest row per key across `tables` (ascending generation order), split."""
     if len(tables) == 1:
         return split(tables[0], primary_key, base_schema, what=what)
+    import pandas as pd  # imported here: a quarter second that most commands never need
+
     combined = pa.concat_tables(tables, promote_options="permissive")
     for key in primary_key:
         if combined.column(key).null_count:
@@ -112,6 +113,8 @@ def collapse_tables(
 
 def key_partition(rows: pa.Table, primary_key: Sequence[str], partitions: int) -> pa.Array:
     """Each row's key partition in [0, partitions): a hash every process computes alike."""
+    import pandas as pd  # imported here: a quarter second that most commands never need
+
     keys = pd.DataFrame({k: rows.column(k).to_pandas() for k in primary_key})
     hashes = pd.util.hash_pandas_object(keys, index=False).to_numpy()
     return pa.array(hashes % partitions)
@@ -181,6 +184,8 @@ def shared_key(keys: pa.Table, primary_key: Sequence[str]) -> tuple[tuple[object
     Within a region keys are unique after the collapse, so any repeated key
     comes from a second region.
     """
+    import pandas as pd  # imported here: a quarter second that most commands never need
+
     if keys.num_rows == 0:
         return None
     frame = pd.DataFrame({k: keys.column(k).to_pandas() for k in [*primary_key, REGION_COLUMN]})
