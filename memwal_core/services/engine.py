@@ -45,8 +45,14 @@ class Engine(ABC):
         """How many tasks run at once: what a service sizes its cuts by."""
 
     @abstractmethod
-    def run(self, task: Callable[[T], R], items: Sequence[T], *, what: str) -> list[R]:
-        """`task(item)` for every item, the results in item order; `what` names the job in errors."""
+    def run(
+        self, task: Callable[[T], R], items: Sequence[T], *, what: str, waiting: int | None = None
+    ) -> list[R]:
+        """`task(item)` for every item, the results in item order; `what` names the job in errors.
+
+        `waiting`: tasks mostly wait on storage, so an engine running them in
+        this process may run up to that many at once (its threads are sized for CPU).
+        """
 
 
 class LocalEngine(Engine):
@@ -62,11 +68,13 @@ class LocalEngine(Engine):
     def parallelism(self) -> int:
         return self.threads
 
-    def run(self, task: Callable[[T], R], items: Sequence[T], *, what: str) -> list[R]:
+    def run(
+        self, task: Callable[[T], R], items: Sequence[T], *, what: str, waiting: int | None = None
+    ) -> list[R]:
         if not items:
             return []
         try:
-            with ThreadPoolExecutor(min(self.threads, len(items))) as pool:
+            with ThreadPoolExecutor(min(max(self.threads, waiting or 0), len(items))) as pool:
                 return list(pool.map(task, items))
         except MemwalError:
             raise
@@ -154,7 +162,9 @@ class SparkEngine(Engine):
                 raise self._failed("asking Spark for its parallelism", exc) from exc
         return self._parallelism
 
-    def run(self, task: Callable[[T], R], items: Sequence[T], *, what: str) -> list[R]:
+    def run(
+        self, task: Callable[[T], R], items: Sequence[T], *, what: str, waiting: int | None = None
+    ) -> list[R]:
         from memwal_core.spark_session import run_tasks
 
         if not items:

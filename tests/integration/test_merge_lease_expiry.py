@@ -54,8 +54,8 @@ class ArmAfterCollapse(LocalEngine):
         super().__init__()
         self.table = table
 
-    def run(self, task: Any, items: Any, *, what: str) -> Any:
-        collapsed = super().run(task, items, what=what)
+    def run(self, task: Any, items: Any, *, what: str, waiting: int | None = None) -> Any:
+        collapsed = super().run(task, items, what=what, waiting=waiting)
         self.table.armed = True
         return collapsed
 

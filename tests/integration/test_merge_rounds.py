@@ -260,13 +260,13 @@ class OutOfBandMerger(LocalEngine):
         self.uri, self.region, self.generation = uri, region, generation
         self.done = False
 
-    def run(self, task: Any, items: Any, *, what: str) -> Any:
+    def run(self, task: Any, items: Any, *, what: str, waiting: int | None = None) -> Any:
         import lance
 
         from memwal_core.services.merge.collapse import collapse_local
         from memwal_core.services.merge.commit import commit_region
 
-        collapsed = super().run(task, items, what=what)
+        collapsed = super().run(task, items, what=what, waiting=waiting)
         if not self.done:
             self.done = True
             plan = next(unit.plan for unit in items if unit.plan.region == self.region)

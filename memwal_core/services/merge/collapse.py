@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from memwal_core.errors import CorruptMetadataError, MemwalError, NotFoundError, SchemaError, first_line
 from memwal_core.model.rows import conform
-from memwal_core.services.engine import Engine, LocalEngine
+from memwal_core.services.engine import Engine
 from memwal_core.services.merge.plan import GenerationSource, RegionMergePlan
 from memwal_core.storage.lance_datasets import open_dataset
 from memwal_core.storage.options import StorageOptions
@@ -263,7 +263,10 @@ def collapse_units(
         except MemwalError as exc:
             return exc
 
-    return engine.run(one, units, what=what)
+    # A unit mostly waits: opening a generation is three requests one after another, so units may
+    # run as many at once as requests may be in flight (an engine's own threads are sized for CPU).
+    waiting = StorageOptions(storage_options).max_concurrent_requests()
+    return engine.run(one, units, what=what, waiting=waiting)
 
 
 def collapse_in_process(
@@ -276,13 +279,7 @@ def collapse_in_process(
     """A batch collapsed by an engine that runs in this process: every region whole, its rows kept in memory."""
     result = InMemoryCollapse()
     units = [CollapseUnit(plan) for plan in plans]
-    # A unit mostly waits: opening a generation is three requests one after another. The engine's
-    # threads are sized for CPU, so units run as many at once as requests may be in flight.
-    requests = StorageOptions(storage_options).max_concurrent_requests()
-    threads = LocalEngine(max(engine.parallelism(), requests))
-    outcomes = collapse_units(
-        threads, units, primary_key, base_schema, storage_options, what=batch_job(plans)
-    )
+    outcomes = collapse_units(engine, units, primary_key, base_schema, storage_options, what=batch_job(plans))
     for plan, outcome in zip(plans, outcomes, strict=True):
         if isinstance(outcome, MemwalError):
             result.failures[plan.region] = outcome

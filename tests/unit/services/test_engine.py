@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from memwal_core.errors import BadInputError
@@ -27,3 +30,26 @@ def test_engines_by_name() -> None:
     assert isinstance(spark, SparkEngine) and (spark.name, spark.remote) == ("spark", True)
     with pytest.raises(BadInputError, match="unknown engine 'flink' \\(use local or spark\\)"):
         engine_named("flink")
+
+
+@pytest.mark.parametrize(("waiting", "at_once"), [(None, 2), (1, 2), (6, 6)])
+def test_tasks_that_wait_on_storage_may_run_more_at_once_than_threads(
+    waiting: int | None, at_once: int
+) -> None:
+    """`waiting` widens a local engine's pool (its threads are sized for CPU), never narrows it."""
+    lock = threading.Lock()
+    running: list[int] = [0, 0]  # now, most
+
+    def task(item: int) -> int:
+        with lock:
+            running[0] += 1
+            running[1] = max(running)
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return item * 2
+
+    assert LocalEngine(2).run(task, list(range(12)), what="test", waiting=waiting) == [
+        i * 2 for i in range(12)
+    ]
+    assert running[1] == at_once
