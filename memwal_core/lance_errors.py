@@ -31,6 +31,9 @@ LOST_WAL_PUT = "failed PUT"
 # continues generation G past what the memtable replaying it can hold" (the WAL was written under
 # larger limits, or by a PUT whose response was lost and was retried); it fails every claim with them.
 OVERFULL_REPLAY = "past what the memtable replaying it can hold"
+# A claim refused because the MemTable and its in-memory index reserve do not fit under the
+# unflushed-bytes ceiling ("... would cross the backpressure ceiling ...").
+MEMORY_CEILING = "backpressure ceiling"
 # Lance's prefix of an InvalidInput error: the writer refused the rows (a stale merge carries it too).
 INVALID_INPUT = "Invalid user input"
 # A path or version with nothing there ("Dataset at path ... was not found: Not found: ..."), lower-case.
@@ -90,6 +93,11 @@ def is_commit_conflict(exc: BaseException) -> bool:
 def is_overfull_replay(exc: BaseException) -> bool:
     """A writer's claim refused because the region's WAL holds more than its MemTable limits replay."""
     return _has(exc, OVERFULL_REPLAY)
+
+
+def is_memory_ceiling_refusal(exc: BaseException) -> bool:
+    """A writer's claim refused because its MemTable memory limits leave no room for its index reserve."""
+    return _has(exc, MEMORY_CEILING)
 
 
 def open_failure(exc: BaseException) -> OpenFailure:

@@ -52,7 +52,13 @@ from memwal_core.errors import (
     UncertainWriteError,
     first_line,
 )
-from memwal_core.lance_errors import WriteFailure, is_overfull_replay, permission_denied, write_failure
+from memwal_core.lance_errors import (
+    WriteFailure,
+    is_memory_ceiling_refusal,
+    is_overfull_replay,
+    permission_denied,
+    write_failure,
+)
 from memwal_core.model.region_directory import RegionDirectory
 from memwal_core.model.routing import RegionKey, RegionSpec, partition_by_code, region_spec_of
 from memwal_core.model.rows import conform, iter_tables, key_rows
@@ -89,6 +95,12 @@ DEFAULT_WAL_FLUSH_INTERVAL_S = 1.0
 # Lance runs one put per region writer at a time, so that wait never gathered puts into one WAL
 # write; it only added about half an interval to every durable put.
 DURABLE_WAL_BUFFER_BYTES = 1
+# MemTable memory per region unless the user or the table says otherwise. Lance's own (256 MB per
+# MemTable, 1 GB of unflushed MemTables before puts wait) let a writer fed faster than its MemTables
+# flush grow by about 25 MB per million rows per 4 regions (12M rows: 334 -> 586 MiB); with these it
+# stayed at about 390 MiB, at the same speed. A region that needs more room (its index reserve, for
+# large `max_memtable_rows`) is claimed with Lance's defaults instead.
+MEMTABLE_MEMORY = {"max_memtable_size": 32 << 20, "max_unflushed_memtable_bytes": 64 << 20}
 
 
 @dataclass(frozen=True)
@@ -220,6 +232,13 @@ class MemWalWriter:
             self.options.max_memtable_rows or defaults.get("max_memtable_rows") or LANCE_MEMTABLE_ROWS
         )
         self._native_options = self.options.native()
+        # The memory limits memwal chose (not the user or the table), dropped if Lance finds no room.
+        self._bounded_memory = {
+            key: value
+            for key, value in MEMTABLE_MEMORY.items()
+            if all(getattr(self.options, k) is None and k not in defaults for k in MEMTABLE_MEMORY)
+        }
+        self._native_options.update(self._bounded_memory)
         durable = (
             defaults.get("durable_write", True)
             if self.options.durable_write is None
@@ -306,19 +325,31 @@ class MemWalWriter:
 
     def _claim(self, region: str) -> ShardWriter:
         """One claim; a WAL generation our limits cannot replay is replayed once with larger ones."""
-        native = self._native_options
+        native = dict(self._native_options)
         what = f"region {region}: claim"
         try:
             return _bounded(lambda: self._dataset.mem_wal_writer(region, **native), self.call_seconds, what)
         except (OSError, RuntimeError, ValueError) as exc:
+            if is_memory_ceiling_refusal(exc) and self._bounded_memory:
+                log.warning(
+                    "region %s: its in-memory indexes need more room than memwal's MemTable memory "
+                    "limits leave; this writer uses Lance's defaults",
+                    region,
+                )
+                for key in self._bounded_memory:
+                    self._native_options.pop(key, None)
+                self._bounded_memory = {}
+                return self._claim(region)
             if not is_overfull_replay(exc):
                 raise _native_error(region, exc) from None
         log.warning(
             "region %s: its WAL holds a generation over our MemTable limits; replaying it once", region
         )
+        # Without memwal's memory limits: the index reserve of the larger limits would not fit under them.
+        recovery = {k: v for k, v in native.items() if k not in self._bounded_memory} | RECOVERY_LIMITS
         try:
             _bounded(
-                lambda: self._dataset.mem_wal_writer(region, **{**native, **RECOVERY_LIMITS}).close(),
+                lambda: self._dataset.mem_wal_writer(region, **recovery).close(),
                 self.call_seconds,
                 what,
             )

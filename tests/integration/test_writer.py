@@ -259,3 +259,35 @@ def test_a_pinned_writer_refuses_keys_of_other_regions(tmp_path: Path) -> None:
         writer.put({"id": [mine[0]], "name": ["c"], "score": [2.0]})
     assert lsm_rows(uri)[mine[0]] == ("c", 2.0)
     assert lsm_rows(uri)[other] == ("a", 0.0)
+
+
+def test_a_region_whose_index_reserve_needs_more_memory_falls_back_to_lances_limits(tmp_path: Path) -> None:
+    """memwal's MemTable memory limits leave no room for a vector index's reserve at 1M-row MemTables;
+    Lance refuses such a claim, and the writer claims again with Lance's own limits."""
+    import numpy as np
+
+    dim = 16
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+            pa.field("v", pa.list_(pa.float32(), dim)),
+        ]
+    )
+
+    def rows(keys: range) -> pa.Table:
+        values = pa.array(np.random.default_rng(1).random(len(keys) * dim, dtype=np.float32))
+        return pa.table(
+            {"id": pa.array(keys, pa.int64()), "v": pa.FixedSizeListArray.from_arrays(values, dim)},
+            schema=schema,
+        )
+
+    uri = str(tmp_path / "t")
+    dataset = lance.write_dataset(rows(range(1000)), uri)
+    dataset.create_index("v", "IVF_PQ", num_partitions=2, num_sub_vectors=2)
+    lance.dataset(uri).initialize_mem_wal(unsharded=True)
+    with MemWalWriter(uri, max_memtable_rows=1_000_000) as writer:
+        assert writer.put(rows(range(5000, 5010))) == 10
+    scanned = MemWalTable.open(uri).latest.to_table()  # the base is untouched; the put is in a generation
+    assert scanned.num_rows == 1000
+    (region,) = MemWalTable.open(uri).read_regions().values()
+    assert region is not None and len(region.generations) == 1
