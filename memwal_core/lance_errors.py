@@ -31,6 +31,10 @@ LOST_WAL_PUT = "failed PUT"
 # continues generation G past what the memtable replaying it can hold" (the WAL was written under
 # larger limits, or by a PUT whose response was lost and was retried); it fails every claim with them.
 OVERFULL_REPLAY = "past what the memtable replaying it can hold"
+# The same on a table with a vector index: its in-memory index, sized by the MemTable row limit,
+# cannot take the replayed rows ("HNSW vector store capacity 50 exhausted: ... the store is sized
+# below the memtable's row capacity"), reported as an internal error.
+OVERFULL_INDEX_REPLAY = "sized below the memtable's row capacity"
 # A claim refused because the MemTable and its in-memory index reserve do not fit under the
 # unflushed-bytes ceiling ("... would cross the backpressure ceiling ...").
 MEMORY_CEILING = "backpressure ceiling"
@@ -92,7 +96,7 @@ def is_commit_conflict(exc: BaseException) -> bool:
 
 def is_overfull_replay(exc: BaseException) -> bool:
     """A writer's claim refused because the region's WAL holds more than its MemTable limits replay."""
-    return _has(exc, OVERFULL_REPLAY)
+    return _has(exc, OVERFULL_REPLAY) or _has(exc, OVERFULL_INDEX_REPLAY)
 
 
 def is_memory_ceiling_refusal(exc: BaseException) -> bool:

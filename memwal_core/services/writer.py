@@ -72,9 +72,15 @@ log = logging.getLogger("memwal.writer")
 T = TypeVar("T")
 
 LANCE_MEMTABLE_ROWS = 100_000
-# The limits of the one-off claim that replays a WAL generation over our MemTable limits
-# (`lance_errors.OVERFULL_REPLAY`): large enough for any WAL generation.
-RECOVERY_LIMITS = {"max_memtable_rows": 10_000_000, "max_memtable_batches": 1_000_000}
+# The limits of the one-off claims that replay a WAL generation over our MemTable limits
+# (`lance_errors.OVERFULL_REPLAY`), tried smallest first: Lance reserves memory for in-memory
+# indexes in step with the row limit, and refuses 10M rows on a table with a vector index
+# (a reserve of about 990 MB, over its 1 GB ceiling), while such a generation is usually only a
+# little over the limits it was written with.
+RECOVERY_LIMITS: tuple[dict[str, Any], ...] = (
+    {"max_memtable_rows": 1_000_000, "max_memtable_batches": 100_000},
+    {"max_memtable_rows": 10_000_000, "max_memtable_batches": 1_000_000},
+)
 
 
 # A durable put waits for the next WAL flush, holding its caller (and the region it claimed) that
@@ -346,13 +352,17 @@ class MemWalWriter:
             "region %s: its WAL holds a generation over our MemTable limits; replaying it once", region
         )
         # Without memwal's memory limits: the index reserve of the larger limits would not fit under them.
-        recovery = {k: v for k, v in native.items() if k not in self._bounded_memory} | RECOVERY_LIMITS
+        unbounded = {k: v for k, v in native.items() if k not in self._bounded_memory}
+        for attempt, limits in enumerate(RECOVERY_LIMITS, start=1):
+            options = {**unbounded, **limits}
+            replay = functools.partial(self._dataset.mem_wal_writer, region, **options)
+            try:
+                _bounded(lambda: replay().close(), self.call_seconds, what)  # noqa: B023 (called at once)
+                break
+            except (OSError, RuntimeError, ValueError) as exc:
+                if attempt == len(RECOVERY_LIMITS) or not is_overfull_replay(exc):
+                    raise _native_error(region, exc) from None
         try:
-            _bounded(
-                lambda: self._dataset.mem_wal_writer(region, **recovery).close(),
-                self.call_seconds,
-                what,
-            )
             return _bounded(lambda: self._dataset.mem_wal_writer(region, **native), self.call_seconds, what)
         except (OSError, RuntimeError, ValueError) as exc:
             raise _native_error(region, exc) from None

@@ -7,10 +7,12 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import lance
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -261,33 +263,68 @@ def test_a_pinned_writer_refuses_keys_of_other_regions(tmp_path: Path) -> None:
     assert lsm_rows(uri)[other] == ("a", 0.0)
 
 
+VECTOR_DIM = 16
+VECTOR_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+        pa.field("v", pa.list_(pa.float32(), VECTOR_DIM)),
+    ]
+)
+
+
+def vector_rows(keys: range) -> pa.Table:
+    values = pa.array(np.random.default_rng(1).random(len(keys) * VECTOR_DIM, dtype=np.float32))
+    vectors = pa.FixedSizeListArray.from_arrays(values, VECTOR_DIM)
+    return pa.table({"id": pa.array(keys, pa.int64()), "v": vectors}, schema=VECTOR_SCHEMA)
+
+
+def vector_table(path: Path) -> str:
+    """One region over a base with an IVF_PQ index, which Lance maintains in memory while writing."""
+    uri = str(path)
+    dataset = lance.write_dataset(vector_rows(range(1000)), uri)
+    dataset.create_index("v", "IVF_PQ", num_partitions=2, num_sub_vectors=2)
+    lance.dataset(uri).initialize_mem_wal(unsharded=True)
+    return uri
+
+
 def test_a_region_whose_index_reserve_needs_more_memory_falls_back_to_lances_limits(tmp_path: Path) -> None:
     """memwal's MemTable memory limits leave no room for a vector index's reserve at 1M-row MemTables;
     Lance refuses such a claim, and the writer claims again with Lance's own limits."""
-    import numpy as np
-
-    dim = 16
-    schema = pa.schema(
-        [
-            pa.field("id", pa.int64(), False, metadata={"lance-schema:unenforced-primary-key": "true"}),
-            pa.field("v", pa.list_(pa.float32(), dim)),
-        ]
-    )
-
-    def rows(keys: range) -> pa.Table:
-        values = pa.array(np.random.default_rng(1).random(len(keys) * dim, dtype=np.float32))
-        return pa.table(
-            {"id": pa.array(keys, pa.int64()), "v": pa.FixedSizeListArray.from_arrays(values, dim)},
-            schema=schema,
-        )
-
-    uri = str(tmp_path / "t")
-    dataset = lance.write_dataset(rows(range(1000)), uri)
-    dataset.create_index("v", "IVF_PQ", num_partitions=2, num_sub_vectors=2)
-    lance.dataset(uri).initialize_mem_wal(unsharded=True)
+    rows = vector_rows
+    uri = vector_table(tmp_path / "t")
     with MemWalWriter(uri, max_memtable_rows=1_000_000) as writer:
         assert writer.put(rows(range(5000, 5010))) == 10
     scanned = MemWalTable.open(uri).latest.to_table()  # the base is untouched; the put is in a generation
     assert scanned.num_rows == 1000
     (region,) = MemWalTable.open(uri).read_regions().values()
     assert region is not None and len(region.generations) == 1
+
+
+ABANDON = """
+import os, sys, lance, pyarrow as pa
+from tests.integration.test_writer import vector_rows
+writer = lance.dataset(sys.argv[1]).mem_wal_writer(sys.argv[2], max_memtable_rows=300)
+writer.put(vector_rows(range(5000, 5200)))
+os._exit(0)  # acknowledged, never closed: the rows are in the WAL only
+"""
+
+
+def test_a_wal_over_the_limits_on_a_vector_indexed_table_is_replayed(tmp_path: Path) -> None:
+    """A WAL generation over the new writer's MemTable limits is replayed once with larger ones; on a
+    table with a vector index the largest (10M rows) is refused by Lance, so smaller ones come first."""
+    uri = vector_table(tmp_path / "t")
+    (region,) = MemWalTable.open(uri).read_regions() or [str(uuid.uuid4())]
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "LANCE_LOG": "error"}
+    subprocess.run([sys.executable, "-c", ABANDON, uri, region], check=True, env=env, cwd=PROJECT_ROOT)
+    with MemWalWriter(uri, region=region, max_memtable_rows=50) as writer:  # claims: replays the WAL
+        writer.put(vector_rows(range(9000, 9001)))
+    flushed = MemWalTable.open(uri).read_regions()[region]
+    assert flushed is not None
+    keys = set()
+    for generation in flushed.generations:
+        keys |= set(
+            lance.dataset(f"{uri}/_mem_wal/{region}/{generation.path}")
+            .to_table(columns=["id"])["id"]
+            .to_pylist()
+        )
+    assert set(range(5000, 5200)) <= keys and 9000 in keys
