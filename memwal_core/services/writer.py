@@ -239,11 +239,8 @@ class MemWalWriter:
         )
         self._native_options = self.options.native()
         # The memory limits memwal chose (not the user or the table), dropped if Lance finds no room.
-        self._bounded_memory = {
-            key: value
-            for key, value in MEMTABLE_MEMORY.items()
-            if all(getattr(self.options, k) is None and k not in defaults for k in MEMTABLE_MEMORY)
-        }
+        chosen = all(getattr(self.options, k) is None and k not in defaults for k in MEMTABLE_MEMORY)
+        self._bounded_memory = dict(MEMTABLE_MEMORY) if chosen else {}
         self._native_options.update(self._bounded_memory)
         durable = (
             defaults.get("durable_write", True)

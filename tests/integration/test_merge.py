@@ -18,16 +18,12 @@ from memwal_core.services.status import status
 from tests.support.engines import merge_engine
 from tests.support.model import ModelTable
 from tests.support.schema import PRIMARY_KEY
+from tests.support.tables import progress
 
 
 @pytest.fixture(params=["local", "spark"])
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Engine:
     return merge_engine(request, monkeypatch, rows_per_task=16)
-
-
-def progress(uri: str) -> dict[str, int]:
-    with MemWalTable.open(uri) as table:
-        return {r.region: r.merged_generation for r in status(table).regions}
 
 
 def test_demo_backlog_merges_to_the_model(tmp_path: Path, engine: Engine) -> None:

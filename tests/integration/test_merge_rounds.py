@@ -28,7 +28,7 @@ from tests.support.model import ModelTable
 from tests.support.paths import PROJECT_ROOT
 from tests.support.peak_rss import command_peak_mib
 from tests.support.schema import key_field
-from tests.support.tables import assert_progress_never_decreases, lease_records, progress_history
+from tests.support.tables import assert_progress_never_decreases, lease_records, progress, progress_history
 
 SCHEMA = pa.schema(
     [
@@ -56,11 +56,6 @@ def regions_table(path: Path, regions: int, generations: int, rows: int = 6) -> 
                 memtable_rows=100,
             )
     return table, ids
-
-
-def progress(uri: str) -> dict[str, int]:
-    with MemWalTable.open(uri) as table:
-        return {r.region: r.merged_generation for r in status(table).regions}
 
 
 def test_sixteen_regions_merge_in_one_commit(tmp_path: Path, engine: Engine) -> None:

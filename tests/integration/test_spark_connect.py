@@ -33,16 +33,12 @@ from tests.support.connect import started_connect_server
 from tests.support.engines import check_engine_contract, merge_engine
 from tests.support.model import keyed_backlog_table
 from tests.support.paths import PROJECT_ROOT
+from tests.support.tables import progress
 
 
 @pytest.fixture(params=["connect"])
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Engine:
     return merge_engine(request, monkeypatch, rows_per_task=8)
-
-
-def progress(uri: str) -> dict[str, int]:
-    with MemWalTable.open(uri) as table:
-        return {r.region: r.merged_generation for r in status(table).regions}
 
 
 def test_engine_contract_on_a_connect_session(connect_server: Any, engine: Engine) -> None:

@@ -290,10 +290,9 @@ def vector_table(path: Path) -> str:
 def test_a_region_whose_index_reserve_needs_more_memory_falls_back_to_lances_limits(tmp_path: Path) -> None:
     """memwal's MemTable memory limits leave no room for a vector index's reserve at 1M-row MemTables;
     Lance refuses such a claim, and the writer claims again with Lance's own limits."""
-    rows = vector_rows
     uri = vector_table(tmp_path / "t")
     with MemWalWriter(uri, max_memtable_rows=1_000_000) as writer:
-        assert writer.put(rows(range(5000, 5010))) == 10
+        assert writer.put(vector_rows(range(5000, 5010))) == 10
     scanned = MemWalTable.open(uri).latest.to_table()  # the base is untouched; the put is in a generation
     assert scanned.num_rows == 1000
     (region,) = MemWalTable.open(uri).read_regions().values()
@@ -313,7 +312,7 @@ def test_a_wal_over_the_limits_on_a_vector_indexed_table_is_replayed(tmp_path: P
     """A WAL generation over the new writer's MemTable limits is replayed once with larger ones; on a
     table with a vector index the largest (10M rows) is refused by Lance, so smaller ones come first."""
     uri = vector_table(tmp_path / "t")
-    (region,) = MemWalTable.open(uri).read_regions() or [str(uuid.uuid4())]
+    region = str(uuid.uuid4())
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "LANCE_LOG": "error"}
     subprocess.run([sys.executable, "-c", ABANDON, uri, region], check=True, env=env, cwd=PROJECT_ROOT)
     with MemWalWriter(uri, region=region, max_memtable_rows=50) as writer:  # claims: replays the WAL

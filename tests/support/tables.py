@@ -14,6 +14,8 @@ from pathlib import Path
 
 from memwal_core.format.naming import LEASE_DIR
 from memwal_core.format.proto import memwal_pb2 as pb
+from memwal_core.model.table import MemWalTable
+from memwal_core.services.status import status
 
 
 def independent_latest_manifest(table_dir: Path, region: str) -> pb.ShardManifest:
@@ -95,3 +97,9 @@ def lease_records(uri: str) -> int:
     if not root.is_dir():
         return 0
     return sum(max((int(p.stem) for p in d.glob("*.json")), default=0) for d in root.iterdir())
+
+
+def progress(uri: str) -> dict[str, int]:
+    """Each region's merged generation, as `status` reports it."""
+    with MemWalTable.open(uri) as table:
+        return {r.region: r.merged_generation for r in status(table).regions}
