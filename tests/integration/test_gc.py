@@ -27,6 +27,7 @@ from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.gc.service import GcResult, gc
 from memwal_core.services.gc.wal import wal_entry_metadata
 from memwal_core.services.merge.service import merge
+from tests.support.cli import option_flags
 from tests.support.model import ModelTable
 from tests.support.paths import PROJECT_ROOT
 from tests.support.schema import key_field
@@ -374,7 +375,7 @@ def test_s3_end_to_end_through_the_cli(seaweed: Any, capsys: pytest.CaptureFixtu
     with MemWalTable.open(uri, options) as table:
         merge(table, max_generations=2)
     lance.dataset(uri, storage_options=options).cleanup_old_versions(older_than=timedelta(0))
-    flags = [arg for key, value in options.items() for arg in ("-o", f"{key}={value}")]
+    flags = option_flags(options)
 
     assert cli_main(["gc", uri, *flags, "--json", "--dry-run", "--grace-seconds", "0"]) == 0
     dry = json.loads(capsys.readouterr().out)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from memwal_core.format.naming import STAGING_DIR
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import SparkEngine
 from memwal_core.services.ingest.service import ingest
+from memwal_core.services.ingest.sources import resolve_sources
 from memwal_core.services.writer import MemWalWriter, WriterOptions
 from tests.support.cli import run_cli
 from tests.support.engines import engine_called
@@ -51,6 +53,57 @@ def test_local_ingest_of_parquet_csv_and_json(tmp_path: Path) -> None:
         result = ingest(table, [pattern], fmt=fmt, writer_options=WriterOptions(max_memtable_rows=800))
         assert result.rows_written == result.rows_read > 0
     assert lsm_rows(uri) == model_of(first, second)
+
+
+def test_s3_sources_by_folder_glob_and_name(tmp_path: Path, seaweed: Any) -> None:
+    """S3 sources are listed by s3fs and read by Arrow's own S3 client, both with the source options."""
+    options = seaweed.storage_options()
+    uri = make_table(tmp_path / "t")
+    first, second = source_rows(3000), source_rows(2000, offset=2500, tag="u")
+    prefix = f"ingest-sources-{uuid.uuid4().hex}"
+    pq.write_table(first.slice(0, 1500), tmp_path / "a.parquet")
+    pq.write_table(first.slice(1500), tmp_path / "b.parquet")
+    pcsv.write_csv(second.slice(0, 1000), tmp_path / "c.csv")
+    (tmp_path / "d.json").write_text("".join(json.dumps(r) + "\n" for r in second.slice(1000).to_pylist()))
+    for name, key in (("a.parquet", "parts/a.parquet"), ("b.parquet", "parts/b.parquet"), ("c.csv", "c.csv")):
+        seaweed.client().upload_file(str(tmp_path / name), "memwal-test", f"{prefix}/{key}")
+    seaweed.client().upload_file(str(tmp_path / "d.json"), "memwal-test", f"{prefix}/d.json")
+    table = MemWalTable.open(uri)
+    for source in ("parts", "*.csv", "d.json"):
+        result = ingest(table, [f"s3://memwal-test/{prefix}/{source}"], source_options=options)
+        assert result.rows_written == result.rows_read > 0, source
+    assert lsm_rows(uri) == model_of(first, second)
+
+
+def test_refused_source_exits_cleanly_while_arrow_reads_ahead(tmp_path: Path) -> None:
+    """The first block of a large CSV is refused while Arrow's threads have read the next ones.
+
+    Arrow used to read through a Python file object, so the blocks it had read
+    ahead were Python bytes. The thread that dropped them took the GIL; if the
+    interpreter was exiting by then, Python ended that thread inside Arrow's C++
+    code and the process aborted after its error line (SIGABRT, in about one run
+    in four of this command before the fix; the CI saw it once on a 30-byte file).
+    """
+    good = "".join(f"{k},name-{k},{k}.5\n" for k in range(2, 4_000_002))
+    source = tmp_path / "rows.csv"
+    source.write_text("id,name,score\n1,a,not-a-number\n" + good)  # ~120 MB: Arrow reads 8 MiB blocks
+    uri = make_table(tmp_path / "t")
+    for attempt in range(8):
+        proc = run_cli("ingest", uri, str(source))
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, (attempt, proc.returncode, proc.stderr)
+        assert "not-a-number" in proc.stderr
+
+
+def test_sources_reach_arrow_as_its_own_files(tmp_path: Path, seaweed: Any) -> None:
+    """The rule behind the test above: Arrow is handed its own file objects, never a Python one."""
+    (tmp_path / "a.csv").write_text("id,name,score\n1,a,1.5\n")
+    seaweed.client().upload_file(str(tmp_path / "a.csv"), "memwal-test", "native-files/a.csv")
+    sources = resolve_sources(
+        [str(tmp_path / "a.csv"), "s3://memwal-test/native-files/a.csv"], None, seaweed.storage_options()
+    )
+    for path in sources.files:
+        with sources.open(path) as handle:
+            assert isinstance(handle, pa.NativeFile) and not isinstance(handle, pa.PythonFile), path
 
 
 @pytest.mark.parametrize(("engine", "buckets"), [("spark", 4), ("spark", 16), ("connect", 4)])

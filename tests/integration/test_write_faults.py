@@ -25,7 +25,7 @@ from memwal_core.model.table import MemWalTable
 from memwal_core.services.reader import lsm_scanner, plan_read
 from memwal_core.services.status import status
 from memwal_core.services.writer import MemWalWriter
-from tests.support.cli import timed_cli
+from tests.support.cli import option_flags, timed_cli
 from tests.support.model import KEYED_SCHEMA
 from tests.support.write_faults import Fault, ResponseFaults
 
@@ -65,13 +65,9 @@ def flushed_view(uri: str, options: dict[str, str]) -> dict[int, str | None]:
         return {r["id"]: r["v"] for r in lsm_scanner(t, plan_read(t)).to_table().to_pylist()}
 
 
-def cli_flags(options: dict[str, str]) -> list[str]:
-    return [arg for key, value in options.items() for arg in ("-o", f"{key}={value}")]
-
-
 def assert_every_command_works(uri: str, options: dict[str, str]) -> None:
     """status, merge, snapshot, catchup and gc (the CLI's own entry point) exit 0; nothing stays pending."""
-    flags = cli_flags(options)
+    flags = option_flags(options)
     for command in ("status", "merge", "snapshot", "catchup", "gc", "status"):
         assert main([command, uri, *flags]) == 0, command
     with MemWalTable(uri, options) as t:
@@ -186,14 +182,14 @@ def test_lost_flush_manifest_answer_during_ingest(
     options = seaweed.storage_options()
     uri = f"s3://memwal-test/ingest-faults-{uuid.uuid4().hex}"
     lance.write_dataset(rows(range(10), "base"), uri, storage_options=options)
-    done, _ = timed_cli(["init", uri, *cli_flags(options), "--primary-key", "id", "--unsharded"])
+    done, _ = timed_cli(["init", uri, *option_flags(options), "--primary-key", "id", "--unsharded"])
     assert done.returncode == 0, done.stderr
     first, second = tmp_path / "first.csv", tmp_path / "second.csv"
     first.write_text("id,v\n" + "".join(f"{i},one{i}\n" for i in range(5, 45)))
     second.write_text("id,v\n" + "".join(f"{i},two{i}\n" for i in range(40, 60)))
     # The region's manifest PUTs: memwal creates version 1, the claim writes 2, the first flush 3.
     proxy.faults.append(Fault("PUT", MANIFEST_PUT, frozenset({3})))
-    proxied = cli_flags({**options, **FAST, "aws_endpoint": proxy.url})
+    proxied = option_flags({**options, **FAST, "aws_endpoint": proxy.url})
     done, _ = timed_cli(["ingest", uri, str(first), *proxied, "--max-memtable-rows", "10"])
     assert done.returncode == 0, done.stderr
     assert len(proxy.failed) == 1, proxy.requests

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from tests.support.paths import PROJECT_ROOT
@@ -22,6 +23,11 @@ def timed_cli(args: list[str], *, timeout: float = 300) -> tuple[subprocess.Comp
         timeout=timeout,
     )
     return done, time.monotonic() - started
+
+
+def option_flags(options: Mapping[str, str]) -> list[str]:
+    """Storage options as the command's `-o KEY=VALUE` arguments."""
+    return [arg for key, value in options.items() for arg in ("-o", f"{key}={value}")]
 
 
 def every_command(source: str) -> dict[str, list[str]]:

@@ -25,7 +25,7 @@ SCHEMA = pa.schema(
 BASE_ROWS = {0: ("a", 0.0), 1: ("b", 1.0), 2: ("c", 2.0)}
 
 
-def make_table(path: Path, **mode: Any) -> str:
+def make_table(path: Path | str, *, storage_options: dict[str, str] | None = None, **mode: Any) -> str:
     """A MemWAL table with three base rows, regions by `mode` (default: 4 buckets on id)."""
     uri = str(path)
     base = pa.table(
@@ -36,7 +36,9 @@ def make_table(path: Path, **mode: Any) -> str:
         },
         schema=SCHEMA,
     )
-    lance.write_dataset(base, uri).initialize_mem_wal(**(mode or {"bucket_column": "id", "num_buckets": 4}))
+    lance.write_dataset(base, uri, storage_options=storage_options).initialize_mem_wal(
+        **(mode or {"bucket_column": "id", "num_buckets": 4})
+    )
     return uri
 
 
@@ -55,8 +57,8 @@ def model_of(*tables: pa.Table) -> dict[int, tuple[str, float]]:
     return model
 
 
-def lsm_rows(uri: str) -> dict[int, tuple[str, float]]:
+def lsm_rows(uri: str, storage_options: dict[str, str] | None = None) -> dict[int, tuple[str, float]]:
     """The table as Lance's LSM scanner reads it: base plus flushed generations."""
-    table = MemWalTable.open(uri)
+    table = MemWalTable.open(uri, storage_options)
     rows = lsm_scanner(table, plan_read(table)).to_table().to_pylist()
     return {r["id"]: (r["name"], r["score"]) for r in rows}

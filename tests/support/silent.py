@@ -7,6 +7,7 @@ the port and every connection it holds.
 
 from __future__ import annotations
 
+from tests.support.cli import option_flags
 from tests.support.service import InProcessListener
 
 
@@ -27,4 +28,4 @@ class SilentEndpoint(InProcessListener):
             "aws_virtual_hosted_style_request": "false",
             **extra,
         }
-        return [arg for key, value in options.items() for arg in ("-o", f"{key}={value}")]
+        return option_flags(options)

@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 
+from tests.support.cli import option_flags
 from tests.support.service import LOOPBACK, InProcessListener, forward_requests
 
 _HEAD_END = b"\r\n\r\n"
@@ -48,7 +49,7 @@ class SlowProxy(InProcessListener):
             "aws_virtual_hosted_style_request": "false",
             **extra,
         }
-        return [arg for key, value in options.items() for arg in ("-o", f"{key}={value}")]
+        return option_flags(options)
 
     def _requests(self, client: socket.socket, upstream: socket.socket, asked: threading.Event) -> None:
         forward_requests(client, upstream, lambda _chunk: asked.set())

@@ -5,10 +5,17 @@ are parsed with the table's column types (so a value that does not fit fails
 the read, instead of being inferred as something else), Parquet is read as
 stored and cast. Spark executors read files themselves because no Hadoop S3
 connector can be installed here; that also keeps Arrow types exact.
+
+Arrow reads every file through one of its own native files (local, or its S3
+client), never through a Python file object: Arrow reads on its own threads,
+and a thread that calls into Python while the interpreter exits is killed
+inside Arrow's C++ code, which aborts the process ("terminate called without
+an active exception") after the command has already reported. s3fs only lists.
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -43,23 +50,69 @@ class Ingested:
     regions: dict[str, int]
 
 
+@dataclass(frozen=True)
+class _S3Access:
+    """Where and as whom S3 sources are read: the storage options read once for both clients."""
+
+    key: str | None
+    secret: str | None
+    token: str | None
+    endpoint: str | None
+    region: str | None
+    virtual_hosted: bool
+
+    @classmethod
+    def of(cls, options: Mapping[str, str]) -> _S3Access:
+        opts = StorageOptions(options)
+        key = opts.first("aws_access_key_id", "access_key_id", env=["AWS_ACCESS_KEY_ID"])
+        secret = opts.first("aws_secret_access_key", "secret_access_key", env=["AWS_SECRET_ACCESS_KEY"])
+        return cls(
+            key=key if key and secret else None,
+            secret=secret if key and secret else None,
+            token=opts.first(
+                "aws_session_token", "session_token", "aws_token", "token", env=["AWS_SESSION_TOKEN"]
+            ),
+            endpoint=opts.first("aws_endpoint", "endpoint", "aws_endpoint_url", env=["AWS_ENDPOINT_URL"]),
+            region=opts.first("aws_region", "region", env=["AWS_REGION", "AWS_DEFAULT_REGION"]),
+            virtual_hosted=opts.flag("aws_virtual_hosted_style_request"),
+        )
+
+
 def _s3fs(options: Mapping[str, str]) -> Any:
-    """An s3fs filesystem from Lance-style storage options (credentials stay in the options)."""
+    """An s3fs filesystem (for listing) from Lance-style storage options; credentials stay in the options."""
     import s3fs
 
-    opts = StorageOptions(options)
+    access = _S3Access.of(options)
     kwargs: dict[str, Any] = {}
-    key = opts.first("aws_access_key_id", "access_key_id", env=["AWS_ACCESS_KEY_ID"])
-    secret = opts.first("aws_secret_access_key", "secret_access_key", env=["AWS_SECRET_ACCESS_KEY"])
-    if key and secret:
-        kwargs.update(key=key, secret=secret)
-    endpoint = opts.first("aws_endpoint", "endpoint", "aws_endpoint_url", env=["AWS_ENDPOINT_URL"])
-    if endpoint:
-        kwargs["endpoint_url"] = endpoint
-    region = opts.first("aws_region", "region", env=["AWS_REGION", "AWS_DEFAULT_REGION"])
-    if region:
-        kwargs["client_kwargs"] = {"region_name": region}
+    if access.key:
+        kwargs.update(key=access.key, secret=access.secret, token=access.token)
+    if access.endpoint:
+        kwargs["endpoint_url"] = access.endpoint
+    if access.region:
+        kwargs["client_kwargs"] = {"region_name": access.region}
     return s3fs.S3FileSystem(**kwargs)
+
+
+@functools.lru_cache(maxsize=4)
+def _arrow_s3(options: tuple[tuple[str, str], ...]) -> Any:
+    """Arrow's own S3 client (for reading) from the same options, with memwal's time limits; one per options."""
+    import pyarrow.fs as pafs
+
+    access = _S3Access.of(dict(options))
+    limits = StorageOptions(dict(options)).time_limits()
+    kwargs: dict[str, Any] = {
+        "connect_timeout": limits.connect,
+        "request_timeout": limits.request,
+        "force_virtual_addressing": access.virtual_hosted,
+    }
+    if access.key:
+        kwargs.update(access_key=access.key, secret_key=access.secret, session_token=access.token)
+    if access.endpoint:
+        scheme = access.endpoint.partition("://")[0] if "://" in access.endpoint else "https"
+        kwargs.update(endpoint_override=access.endpoint, scheme=scheme)
+    if access.region:
+        kwargs["region"] = access.region
+    return pafs.S3FileSystem(**kwargs)
 
 
 @dataclass(frozen=True)
@@ -73,14 +126,14 @@ class SourceFiles:
     def format_of(self, path: str) -> str:
         return self.formats[self.files.index(path)]
 
-    def open(self, path: str) -> Any:
-        """A binary file object for `path`."""
+    def open(self, path: str) -> pa.NativeFile:
+        """Arrow's own file for `path` (see the module's note: never a Python file object)."""
         if path.startswith("s3://"):
             try:
-                return _s3fs(dict(self.storage_options)).open(path[len("s3://") :], "rb")
+                return _arrow_s3(self.storage_options).open_input_file(path[len("s3://") :])
             except OSError as exc:
                 raise StorageError(f"cannot read source {path}: {first_line(exc)}") from None
-        return open(path, "rb")
+        return pa.OSFile(path, "rb")
 
     def read(self, path: str, schema: pa.Schema) -> Iterator[pa.Table]:
         """The rows of one file conformed to `schema`, in batches; SchemaError names the file and column."""
@@ -99,7 +152,7 @@ class SourceFiles:
             raise failure(f"cannot read source {path}: {first_line(exc)}") from None
 
 
-def _read(handle: Any, fmt: str, schema: pa.Schema) -> Iterator[pa.Table]:
+def _read(handle: pa.NativeFile, fmt: str, schema: pa.Schema) -> Iterator[pa.Table]:
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
