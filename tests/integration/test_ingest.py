@@ -224,6 +224,10 @@ def test_spark_ingest_on_a_standalone_cluster(standalone_spark: Any, tmp_path: P
         ),
         (lambda d: (d / "s.csv").write_text("id,name,score\n1,a,1.0\nx,b,2.0\n"), "s.csv"),
         (
+            lambda d: (d / "s.csv").write_text(f"id,name,score\n1,a,1.0\n2,{'n' * (3 << 20)},2.0\n"),
+            "a CSV row is longer than 1 MiB",
+        ),
+        (
             lambda d: pq.write_table(
                 pa.table({"id": [1], "name": ["a"], "score": ["high"]}), d / "s.parquet"
             ),
@@ -232,7 +236,15 @@ def test_spark_ingest_on_a_standalone_cluster(standalone_spark: Any, tmp_path: P
         (lambda d: pq.write_table(source_rows(0), d / "s.parquet"), "the sources hold no rows"),
         (lambda d: None, "does not exist"),
     ],
-    ids=["null-key", "missing-key", "bad-csv-value", "wrong-type", "empty", "missing-source"],
+    ids=[
+        "null-key",
+        "missing-key",
+        "bad-csv-value",
+        "csv-row-too-long",
+        "wrong-type",
+        "empty",
+        "missing-source",
+    ],
 )
 @pytest.mark.parametrize("engine", ["local", "spark"])
 def test_bad_input_exits_2_and_writes_nothing(
@@ -346,16 +358,28 @@ print(rows, high_water_kib() // 1024)
 """
 
 
-def test_reading_a_parquet_source_holds_one_row_group_at_a_time(tmp_path: Path) -> None:
-    """A source's memory is set by its row groups, not its length (pyarrow's iter_batches grew with the file)."""
+SOURCE_WRITERS: dict[str, Callable[[pa.Table, Path], None]] = {
+    "parquet": lambda rows, path: pq.write_table(rows, path, row_group_size=100_000),
+    "csv": lambda rows, path: pcsv.write_csv(rows, path),
+}
+# Two sizes each: a CSV's are both past the reach of Arrow's read-ahead (32 blocks), where it stops growing.
+SOURCE_SIZES = {"parquet": (100_000, 4_000_000), "csv": (4_000_000, 8_000_000)}
+
+
+@pytest.mark.parametrize("fmt", sorted(SOURCE_WRITERS))
+def test_reading_a_source_holds_memory_flat_as_the_file_grows(tmp_path: Path, fmt: str) -> None:
+    """A source's memory is set by its row groups or read-ahead, not its length.
+
+    pyarrow's `iter_batches` grew with a Parquet file; Arrow's CSV reader reads
+    up to 32 blocks ahead, which at 8 MiB blocks grew to 256 MiB on a large file.
+    """
     uri = make_table(tmp_path / "t")
     peaks = []
-    for rows in (100_000, 4_000_000):
+    for rows in SOURCE_SIZES[fmt]:
         keys = pa.array(range(rows), pa.int64())
         names = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int8()), ["n"]).cast(pa.string())
-        columns = {"id": keys, "name": names, "score": keys.cast(pa.float64())}
-        path = tmp_path / f"rows-{rows}.parquet"
-        pq.write_table(pa.table(columns), path, row_group_size=100_000)
+        path = tmp_path / f"rows-{rows}.{fmt}"
+        SOURCE_WRITERS[fmt](pa.table({"id": keys, "name": names, "score": keys.cast(pa.float64())}), path)
         done = subprocess.run(
             [sys.executable, "-c", READ_PEAK, uri, str(path)],
             cwd=PROJECT_ROOT,
@@ -366,4 +390,4 @@ def test_reading_a_parquet_source_holds_one_row_group_at_a_time(tmp_path: Path) 
         read, peak = map(int, done.stdout.split())
         assert read == rows
         peaks.append(peak)
-    assert peaks[1] - peaks[0] < 40, f"peak MiB {peaks[0]} at 100k rows, {peaks[1]} at 4M"
+    assert peaks[1] - peaks[0] < 40, f"peak MiB {peaks[0]} and {peaks[1]} at {SOURCE_SIZES[fmt]} rows"
