@@ -84,7 +84,7 @@ def test_refused_source_exits_cleanly_while_arrow_reads_ahead(tmp_path: Path) ->
     ahead were Python bytes. The thread that dropped them took the GIL; if the
     interpreter was exiting by then, Python ended that thread inside Arrow's C++
     code and the process aborted after its error line (SIGABRT, in about one run
-    in four of this command before the fix; the CI saw it once on a 30-byte file).
+    in four of this command before the fix; the CI saw it once on a 23-byte file).
     """
     good = "".join(f"{k},name-{k},{k}.5\n" for k in range(2, 4_000_002))
     source = tmp_path / "rows.csv"
