@@ -88,7 +88,7 @@ def test_refused_source_exits_cleanly_while_arrow_reads_ahead(tmp_path: Path) ->
     """
     good = "".join(f"{k},name-{k},{k}.5\n" for k in range(2, 4_000_002))
     source = tmp_path / "rows.csv"
-    source.write_text("id,name,score\n1,a,not-a-number\n" + good)  # ~120 MB: Arrow reads 8 MiB blocks
+    source.write_text("id,name,score\n1,a,not-a-number\n" + good)  # ~120 MB: Arrow reads 1 MiB blocks
     uri = make_table(tmp_path / "t")
     for attempt in range(8):
         proc = run_cli("ingest", uri, str(source))

@@ -22,7 +22,7 @@ from memwal_core.model.routing import region_spec_of
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.writer import MemWalWriter
 from tests.support.paths import PROJECT_ROOT
-from tests.support.schema import SCHEMA, lsm_rows, make_table
+from tests.support.schema import SCHEMA, key_field, lsm_rows, make_table
 from tests.support.tables import tree_digest
 
 
@@ -266,7 +266,7 @@ def test_a_pinned_writer_refuses_keys_of_other_regions(tmp_path: Path) -> None:
 VECTOR_DIM = 16
 VECTOR_SCHEMA = pa.schema(
     [
-        pa.field("id", pa.int64(), False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+        key_field("id", pa.int64()),
         pa.field("v", pa.list_(pa.float32(), VECTOR_DIM)),
     ]
 )
