@@ -3,9 +3,10 @@
 Generations are cheap copies of one tiny Lance dataset; region manifests
 (one version per flush, as Lance's writer leaves them), WAL entries and the
 merge progress (progress-only merge commits, then Lance's version cleanup)
-are real. One GC run with no grace period prunes every generation, deletes
-its directory, the covered WAL entries and all but the newest 10 manifest
-versions; a second run finds nothing to do. Prints plan and execute seconds
+are real. One GC run with no grace period, planned as if the fence retention had
+passed (a week on), prunes every generation, deletes its directory, the
+covered WAL entries and all but the newest 10 manifest versions; a second
+run finds nothing to do. Prints plan and execute seconds
 and memwal's storage requests per deleted generation (Lance's own requests to
 open the dataset are not counted), and the ratio to deleting every object
 with its own request (the naive baseline).
@@ -33,12 +34,21 @@ from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, wal_entry_nam
 from memwal_core.format.proto import memwal_pb2 as pb
 from memwal_core.format.regions import uuid_to_proto
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.gc.plan import plan_gc
 from memwal_core.services.gc.rules import GcPolicy
-from memwal_core.services.gc.service import gc
+from memwal_core.services.gc.service import GcResult, execute_gc
 from memwal_core.services.merge.commit import commit_region
 from memwal_core.storage.options import StorageOptions
 
-POLICY = GcPolicy(grace_seconds=0, wal_tail=0, wal_min_age_seconds=0, keep_manifest_versions=10)
+POLICY = GcPolicy(grace_seconds=0, keep_manifest_versions=10)
+
+
+def gc_after_retention(table: MemWalTable) -> GcResult:
+    """A GC run as it goes once the fence retention has passed: the WAL and old manifest versions too."""
+    table.store.stats.reset()
+    started = time.perf_counter()
+    later = time.time() + POLICY.fence_retention_seconds + 60
+    return execute_gc(table, plan_gc(table, POLICY, now=later), dry_run=False, started=started)
 
 
 def template_files(tmp: Path) -> dict[str, bytes]:
@@ -111,7 +121,7 @@ def measure(
     where: str, uri: str, options: dict[str, str], regions: int, generations: int, per_gen_objects: int
 ) -> None:
     with MemWalTable.open(uri, StorageOptions(options)) as table:
-        result = gc(table, dry_run=False, policy=POLICY)
+        result = gc_after_retention(table)
         payload = result.to_json()
         deleted = len(payload["deleted"])
         assert deleted == regions * generations, deleted
@@ -127,7 +137,7 @@ def measure(
             f"{payload['wal_entries']['deleted']} WAL entries, {payload['manifest_versions_deleted']} manifest versions"
         )
         print(f"{'':<10} requests by kind: {dict(sorted(result.requests.items()))}")
-        again = gc(table, dry_run=False, policy=POLICY)
+        again = gc_after_retention(table)
         print(
             f"{'':<10} second run (nothing to do): plan {again.seconds_plan:.2f} s, "
             f"{sum(again.requests.values()) / regions:.1f} requests/region"

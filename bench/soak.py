@@ -11,16 +11,21 @@ them and its one `MemWalWriter` routes every put over its regions. Merge
 round), an occasional Spark-engine merge, catch-up, snapshot and GC (with
 retention and a short grace period) run in loops in their own processes.
 Writers and services are killed with SIGKILL at random moments and
-restarted; now and then the soak arms a hold that stops the next two-step
+restarted. Now and then a writer is stopped (SIGSTOP) instead, at a random
+moment, and a replacement takes its regions over (fencing it) and writes
+on; the stopped writer is held while merges and GCs run (GC at its most
+aggressive settings: no grace, the shortest fence retention), then woken,
+and tries puts of keys only a stale writer writes: each must fail, or be read.
+Now and then the soak arms a hold that stops the next two-step
 merge commit between its fenced delete and its upsert, kills that merger
 there, and checks the MemWAL-aware read at once, with the other mergers
 stopped. An auditor samples every table version (merge progress never goes
 down), checks that no pending generation's directory is missing, and at
 quiescent points (writers paused and flushed) compares the MemWAL-aware
 read with the model of acknowledged writes. At the end faults stop, writers
-close, the services drain, and the base table must equal the model with
-nothing pending and GC having left only the newest manifests, the WAL tail
-and sentinels.
+close, the services drain (the last GC planned as if the fence retention had
+passed), and the base table must equal the model with nothing pending and GC
+having left only the newest manifests and no covered WAL entry.
 
 Usage:
     python bench/soak.py --short              # CI: about two minutes
@@ -44,6 +49,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -54,8 +60,8 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.soak_child import HOLD_FILE, OPTIONS_ENV, SCHEMA, WriterPlan, reclaim  # noqa: E402
-from bench.soak_model import Mismatch, WriterLog, base_rows, compare, parse_log  # noqa: E402
+from bench.soak_child import HOLD_FILE, OPTIONS_ENV, SCHEMA, WriterPlan, reclaim, stall_keys  # noqa: E402
+from bench.soak_model import SEQ_STRIDE, Mismatch, WriterLog, base_rows, compare, parse_log  # noqa: E402
 from bench.soak_proxy import FaultProxy, FaultRates  # noqa: E402
 from memwal_core.errors import MemWalNotEnabledError, NotFoundError  # noqa: E402
 from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, generation_from_dir_name  # noqa: E402
@@ -66,15 +72,16 @@ from memwal_core.services.merge.staged import ROWS_PER_TASK_ENV  # noqa: E402
 
 KEY_STRIDE = 1_000_000
 SERVICES = ("merge", "catchup", "snapshot", "gc")
-# After the drain, GC with this policy must leave at most this many manifest versions and covered WAL entries.
+# After the drain, GC with this policy must leave at most this many manifest versions.
 FINAL_KEEP_MANIFESTS = 10
-FINAL_WAL_TAIL = 16
 RECOVERY_MEMTABLE_ROWS = 100_000
 # Each writer's MemTable row limit per region with `--regions` (default; `--memtable-rows` sets it):
 # at 32 regions this doubled the writes acknowledged and quadrupled the generations merged.
 WIDE_MEMTABLE_ROWS = 8
 # How long a service loop may take to finish its run in progress once asked to stop.
 SERVICE_STOP_SECONDS = 60.0
+# How long a woken stale writer may take to try its puts and exit.
+STALE_EXIT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,11 @@ class SoakConfig:
     hold_every_seconds: float = 45.0
     # Sabotage, to prove the audit catches a loss: writer 0 fakes one acknowledged put from this op on.
     sabotage_at: int = 0
+    # Seconds between stalling a writer (SIGSTOP, replaced, held across merges and GCs, woken); 0: never.
+    stall_every_seconds: float = 40.0
+    # A stalled writer is woken once a merge and a GC have run since it stopped, within these bounds.
+    stall_min_seconds: float = 4.0
+    stall_max_seconds: float = 30.0
 
 
 SHORT = SoakConfig(
@@ -114,6 +126,7 @@ SHORT = SoakConfig(
     spark_every_seconds=10.0,
     spark_killable=False,
     hold_every_seconds=30.0,
+    stall_every_seconds=25.0,
 )
 
 
@@ -156,6 +169,12 @@ class Child:
         self.kills = 0
         self.crashes = 0
         self.restart_at: float | None = None
+        # Arguments added at each start (a writer's sequence number range).
+        self.more_argv: Callable[[], list[str]] = list
+        # Stopped with SIGSTOP since (monotonic), and the service runs seen then; None when running.
+        self.stalled: tuple[float, int, int] | None = None
+        # A stale writer woken to try its puts: it exits by itself and is never restarted.
+        self.retired = False
 
     @property
     def is_writer(self) -> bool:
@@ -164,7 +183,7 @@ class Child:
     def start(self) -> None:
         with self.stdout_path.open("ab") as out, self.stderr_path.open("ab") as err:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "bench.soak_child", *self.argv],
+                [sys.executable, "-m", "bench.soak_child", *self.argv, *self.more_argv()],
                 cwd=ROOT,
                 env=self.env,
                 stdin=subprocess.DEVNULL,
@@ -353,7 +372,10 @@ class Target:
         env.update({OPTIONS_ENV: json.dumps(client_options), "LANCE_LOG": "error", "PYTHONPATH": str(ROOT)})
         # Spark cuts each region's prefix into key partitions of at least this many rows: a few per region.
         env.setdefault(ROWS_PER_TASK_ENV, "20")
-        self.children = [self._writer(i, env) for i in range(config.writers)]
+        self.env = env
+        self.starts: Counter[int] = Counter()  # process starts per writer, for their sequence numbers
+        self.stalls = 0
+        self.children = [self._writer(i) for i in range(config.writers)]
         self.service_names = [*SERVICES, *(["merge-spark"] if spark else [])]
         self.children += [self._service(service, env) for service in self.service_names]
 
@@ -374,7 +396,8 @@ class Target:
             self.name, f"svc-{label}", argv, env, self.dir, killable=not spark or self.config.spark_killable
         )
 
-    def _writer(self, i: int, env: dict[str, str]) -> Child:
+    def _writer(self, i: int, *, replacement: bool = False) -> Child:
+        """Writer `i`'s process; a replacement for a stalled one claims all its regions before writing."""
         argv = [
             "writer",
             f"--uri={self.uri}",
@@ -386,8 +409,24 @@ class Target:
             f"--memtable-rows={self.config.memtable_rows}",
             f"--interval={self.config.writer_interval}",
             f"--sabotage-at={self.config.sabotage_at if i == 0 else 0}",
+            *(["--fence-first"] if replacement else []),
         ]
-        return Child(self.name, f"writer-{i}", argv, env, self.dir)
+        child = Child(self.name, f"writer-{i}", argv, self.env, self.dir)
+
+        def seq_base() -> list[str]:
+            self.starts[i] += 1
+            return [f"--seq-base={self.starts[i] * SEQ_STRIDE}"]
+
+        child.more_argv = seq_base
+        return child
+
+    def replace_writer(self, stalled: Child) -> Child:
+        """A new process for the writer `stalled` was, started at once and listed among the writers."""
+        i = int(stalled.name.removeprefix("writer-"))
+        child = self._writer(i, replacement=True)
+        self.children.append(child)
+        child.start()
+        return child
 
     def create_table(self) -> None:
         """The base table (half of every writer's keys), a key index the MemWAL maintains, MemWAL, the plans."""
@@ -438,13 +477,33 @@ class Target:
         return self.region_of.get(key)
 
     def writers(self) -> list[Child]:
-        return [c for c in self.children if c.is_writer]
+        """The running writer processes (not a stalled or retired stale one)."""
+        return [c for c in self.children if c.is_writer and not c.retired and c.stalled is None]
+
+    def stalled_writers(self) -> list[Child]:
+        return [c for c in self.children if c.stalled is not None]
 
     def services(self) -> list[Child]:
         return [c for c in self.children if not c.is_writer]
 
     def mergers(self) -> list[Child]:
         return [c for c in self.children if c.name.startswith("svc-merge")]
+
+    def service_runs(self, name: str) -> int:
+        """How many runs of a service loop have succeeded so far."""
+        return sum(1 for r in self.service_records(name) if r.get("ok"))
+
+    def stale_writes(self) -> tuple[int, int]:
+        """Puts stale writers tried and of them acknowledged, from the writers' logs (stall keys only)."""
+        tried = acked = 0
+        for i, keys in enumerate(self.keys):
+            stall = {str(k) for k in stall_keys(keys)}
+            path = self.dir / f"writer-{i}.log"
+            parts = [line.split(" ") for line in path.read_text().split("\n")[:-1]] if path.exists() else []
+            ops = {p[1] for p in parts if p[0] == "A" and len(p) == 4 and p[3] in stall}
+            tried += len(ops)
+            acked += len({p[1] for p in parts if p[0] == "K" and p[1] in ops})
+        return tried, acked
 
     def service_records(self, name: str) -> list[dict[str, Any]]:
         path = self.dir / f"svc-{name}.out"
@@ -546,20 +605,30 @@ class Soak:
 
     # -- the run ---------------------------------------------------------------------------------
 
+    def children(self) -> list[Child]:
+        """Every process of every table (replacements of stalled writers included)."""
+        return [c for t in self.targets for c in t.children]
+
     def run(self) -> None:
-        children = [c for t in self.targets for c in t.children]
-        for child in children:
+        for child in self.children():
             child.start()
         started = time.monotonic()
         deadline = started + self.config.minutes * 60
         next_kill = started + self.rng.expovariate(1 / self.config.kill_every_seconds)
         next_quiesce = started + self.config.quiesce_every_seconds
         next_hold = started + self.config.hold_every_seconds
+        stall_every = self.config.stall_every_seconds
+        next_stall = started + self.rng.uniform(0.3, 1.0) * stall_every if stall_every else float("inf")
         while (now := time.monotonic()) < deadline:
-            self._restart_due(children, now)
+            self._restart_due(self.children(), now)
             if now >= next_kill:
-                self._kill_one(children, now)
+                self._kill_one(self.children(), now)
                 next_kill = now + self.rng.expovariate(1 / self.config.kill_every_seconds)
+            if now >= next_stall:
+                self._stall_one()
+                next_stall = now + self.rng.uniform(0.5, 1.5) * stall_every
+            for target in self.targets:
+                self._wake_due(target, now)
             if now >= next_hold:
                 for target in self.targets:
                     (target.control / HOLD_FILE).touch()
@@ -573,7 +642,7 @@ class Soak:
                     next_quiesce = time.monotonic() + self.config.quiesce_every_seconds
                 self._audit(target)
             time.sleep(0.2)
-        self.finish(children)
+        self.finish()
 
     def _take_held(self, target: Target) -> list[Child]:
         """Kill -9 every merger of `target` that stopped between a fenced delete and its upsert."""
@@ -623,7 +692,7 @@ class Soak:
 
     def _restart_due(self, children: list[Child], now: float) -> None:
         for child in children:
-            if child.alive():
+            if child.alive() or child.retired:
                 continue
             if child.restart_at is None:  # exited without being killed: a crash
                 child.crashes += 1
@@ -633,11 +702,40 @@ class Soak:
                 child.start()
 
     def _kill_one(self, children: list[Child], now: float) -> None:
-        alive = [c for c in children if c.alive() and c.killable]
+        alive = [c for c in children if c.alive() and c.killable and c.stalled is None]
         if alive:
             victim = self.rng.choice(alive)
             victim.kill9()
             victim.restart_at = now + self.rng.uniform(0.1, 2.0)
+
+    def _stall_one(self) -> None:
+        """Stop a random running writer where it is (SIGSTOP) and start a replacement that fences it."""
+        candidates = [(t, c) for t in self.targets for c in t.writers() if c.alive()]
+        if not candidates:
+            return
+        target, child = self.rng.choice(candidates)
+        assert child.process is not None
+        os.kill(child.process.pid, signal.SIGSTOP)
+        child.stalled = (time.monotonic(), target.service_runs("merge"), target.service_runs("gc"))
+        target.stalls += 1
+        target.replace_writer(child)
+
+    def _wake_due(self, target: Target, now: float, *, force: bool = False) -> None:
+        """Wake each stalled writer of `target` that was held across a merge and a GC, as a stale one."""
+        for child in target.stalled_writers():
+            assert child.stalled is not None and child.process is not None
+            since, merges, gcs = child.stalled
+            ran = target.service_runs("merge") > merges and target.service_runs("gc") > gcs
+            held = now - since
+            if (
+                force
+                or held >= self.config.stall_max_seconds
+                or (ran and held >= self.config.stall_min_seconds)
+            ):
+                (target.control / f"stale-{child.process.pid}").touch()
+                child.retired = True
+                child.stalled = None
+                os.kill(child.process.pid, signal.SIGCONT)
 
     def _pause_writers(self, target: Target, timeout: float = 45.0) -> bool:
         """Make every writer of `target` flush and wait; False if one did not answer in time."""
@@ -684,13 +782,21 @@ class Soak:
 
     # -- the end -----------------------------------------------------------------------------------
 
-    def finish(self, children: list[Child]) -> None:
-        """Stop faults, close writers, stop services, drain in-process, then check the end state."""
+    def finish(self) -> None:
+        """Wake stalled writers, stop faults, close writers, stop services, drain in-process, then check
+        the end state."""
+        for target in self.targets:
+            self._wake_due(target, time.monotonic(), force=True)
+        for target in self.targets:
+            for child in target.children:
+                if child.retired and not child.stop(STALE_EXIT_SECONDS):
+                    self.note(f"{target.name}/{child.name}: a stale writer did not exit by itself")
         if self.proxy is not None:
             self.proxy.faults.clear()
         for target in self.targets:  # no more holds: a merger holding now is killed like any other
             (target.control / HOLD_FILE).unlink(missing_ok=True)
             self._take_held(target)
+        children = self.children()
         now = time.monotonic()
         for child in children:
             if not child.alive():
@@ -821,14 +927,18 @@ class Soak:
                     {f"{record['engine']}/{form}": n for form, n in record.get("forms", {}).items()}
                 )
             stats = target.auditor.stats
+            stale_tried, stale_acked = target.stale_writes()
             per_target[target.name] = {
                 "writes_acknowledged": sum(w.acked_ops for w in logs),
                 "rows_acknowledged": sum(w.acked_rows for w in logs),
                 "writes_unacknowledged": sum(w.failed_ops for w in logs),
                 "writes_lost": self.lost.get(target.name, 0),
-                "kills_writers": sum(c.kills for c in target.writers()),
+                "kills_writers": sum(c.kills for c in target.children if c.is_writer),
                 "kills_services": sum(c.kills for c in target.services()),
                 "kills_in_two_step_commit": target.two_step_kills,
+                "writer_stalls": target.stalls,
+                "stale_writes": stale_tried,
+                "stale_writes_acknowledged": stale_acked,
                 "crashes": sum(c.crashes for c in target.children),
                 "merges": sum(r.get("commits", 0) for r in merges) + drained["commits"],
                 "generations_merged": sum(r.get("merged", 0) for r in merges) + drained["merged"],
@@ -875,7 +985,8 @@ class Soak:
 def drain(table: MemWalTable) -> Counter[str]:
     """Merge until nothing is pending, catch indexes up, snapshot, drop old versions, GC with no grace."""
     from memwal_core.services.catchup import catchup
-    from memwal_core.services.gc.service import gc
+    from memwal_core.services.gc.plan import plan_gc
+    from memwal_core.services.gc.service import execute_gc
     from memwal_core.services.merge.service import merge
     from memwal_core.services.reader import plan_read
     from memwal_core.services.retain import retain
@@ -894,9 +1005,11 @@ def drain(table: MemWalTable) -> Counter[str]:
     build_snapshot(table)
     retain(table, older_than=timedelta(0), keep_versions=1, force=True)
     policy = final_gc_policy()
-    # A run that prunes writes one more manifest version; the next run trims it.
+    # A run that prunes writes one more manifest version; the next run trims it. Every writer has
+    # stopped, so GC may plan as if the fence retention had passed.
     for _run in range(3):
-        report = gc(table, dry_run=False, policy=policy).to_json()
+        later = time.time() + policy.fence_retention_seconds + 60
+        report = execute_gc(table, plan_gc(table, policy, now=later), dry_run=False).to_json()
         counts["deleted"] += len(report["deleted"])
         counts["wal_deleted"] += report["wal_entries"]["deleted"]
         counts["manifests_deleted"] += report["manifest_versions_deleted"]
@@ -906,15 +1019,10 @@ def drain(table: MemWalTable) -> Counter[str]:
 
 
 def final_gc_policy() -> Any:
-    """GC after the drain: no grace, no minimum WAL age; tail and manifest counts as checked below."""
+    """GC after the drain: no grace; the manifest count as checked below."""
     from memwal_core.services.gc.rules import GcPolicy
 
-    return GcPolicy(
-        grace_seconds=0,
-        wal_min_age_seconds=0,
-        wal_tail=FINAL_WAL_TAIL,
-        keep_manifest_versions=FINAL_KEEP_MANIFESTS,
-    )
+    return GcPolicy(grace_seconds=0, keep_manifest_versions=FINAL_KEEP_MANIFESTS)
 
 
 def leftovers(
@@ -925,7 +1033,7 @@ def leftovers(
     covered_through: int,
     kept: dict[tuple[str, str], str],
 ) -> list[Violation]:
-    """What GC must not leave: generation directories, surplus manifest versions, covered WAL past the tail.
+    """What GC must not leave: generation directories, surplus manifest versions, covered WAL entries.
 
     `kept`: the reason a dry GC run gives for keeping a directory, as evidence.
     """
@@ -947,10 +1055,9 @@ def leftovers(
         out.append(
             Violation(target, "manifests_left_after_gc", version, region, None, f"{manifests} versions")
         )
-    positions = list(wal_positions(table, region))
-    covered = [p for p in positions if p <= covered_through]
-    # The tail, plus the newest fence sentinel when it lies below the tail.
-    if len(covered) > FINAL_WAL_TAIL + 1:
+    names = wal_positions(table, region)
+    covered = sorted(p for p in names if p <= covered_through)
+    if covered:
         out.append(
             Violation(
                 target,
@@ -958,7 +1065,8 @@ def leftovers(
                 version,
                 region,
                 None,
-                f"{len(covered)} covered WAL entries (through {covered_through}) of {len(positions)}",
+                f"{len(covered)} covered WAL entries (first {covered[:5]}, through {covered_through}) "
+                f"of {len(names)}",
             )
         )
     return out
@@ -1030,6 +1138,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"(writers {t.get('kills_writers', 0)}, services {t.get('kills_services', 0)}, "
         f"of them inside a two-step commit {t.get('kills_in_two_step_commit', 0)}), "
         f"injected network faults {injected} {dict(sorted(faults.items()))}",
+        f"  writers stalled {t.get('writer_stalls', 0)} (held across merges and GCs, then woken): "
+        f"{t.get('stale_writes', 0)} puts tried by stale writers, {t.get('stale_writes_acknowledged', 0)} "
+        "acknowledged (each must be read)",
         f"  merges {t.get('merges', 0)} region merges ({t.get('generations_merged', 0)} generations) in "
         f"{t.get('merge_batches', 0)} commits by engine/form {t['merge_batches_by_engine_and_form']}, "
         f"{t.get('spark_merge_rounds', 0)} Spark rounds",

@@ -15,7 +15,10 @@ SIGKILL at random moments and restarted by bench/soak.py; storage options
 
 Control files in `--control DIR`: `pause` asks writers to flush and wait
 (they answer with `paused-{writer}`), `stop` asks writers to close and exit
-and service loops to exit after the run in progress,
+and service loops to exit after the run in progress, `stale-{pid}` tells a
+writer that was stopped (SIGSTOP) while a replacement took its regions over
+that it was: woken, it tries `STALE_WRITES` puts of its stall keys (keys
+only a stale writer writes, so their order is its own) and exits,
 `hold-two-step` asks the next local-engine merger that commits a fenced
 delete to stop there, before its upsert (it renames the file to
 `held-{name}` and waits to be killed).
@@ -48,6 +51,9 @@ HOLD_FILE = "hold-two-step"
 SPARK_LEASE_WAIT = 5.0
 # Regions claimed at once when a writer re-claims its regions (each claim replays its WAL).
 RECLAIM_THREADS = 8
+# Each writer's keys that only a stale (woken) process of it writes, and how many puts it tries.
+STALL_KEYS = 4
+STALE_WRITES = 3
 
 SCHEMA = pa.schema(
     [
@@ -72,7 +78,7 @@ class Writer(Protocol):
 
     def flush(self) -> None: ...
 
-    def claim(self) -> str: ...
+    def claim(self, region: str | None = None) -> str: ...
 
     def close(self) -> None: ...
 
@@ -160,6 +166,11 @@ def choose(rng: random.Random, live: set[int], dead: set[int], keys: list[int]) 
     return "P", rng.sample(keys, rng.randint(1, 4))
 
 
+def stall_keys(keys: Sequence[int]) -> list[int]:
+    """The keys only a stale writer writes: the last ones but the very last (the sabotage victim)."""
+    return list(keys[-STALL_KEYS - 1 : -1])
+
+
 def run_writer(args: argparse.Namespace) -> None:
     from bench.soak_model import base_rows, parse_log, value_of
     from memwal_core.errors import StorageError
@@ -170,15 +181,24 @@ def run_writer(args: argparse.Namespace) -> None:
     state = parse_log(log_path, args.writer, base_rows(plan.keys), plan.keys)
     # Sabotage (to prove the audit catches a loss): one key no real operation touches gets a fake ack.
     victim = plan.keys[-1] if args.sabotage_at else None
-    keys = [k for k in plan.keys if k != victim]
+    keys = [k for k in plan.keys if k != victim and k not in stall_keys(plan.keys)]
     live = {k for k in keys if state.states[k].acked is not None}
     dead = set(keys) - live
-    seq = state.next_seq
+    # Sequence numbers from this process's own range: a stale process of this writer may log beside it.
+    seq = max(state.next_seq, args.seq_base)
     rng = random.Random(args.seed * 1_000_003 + seq)
     log = OpLog(log_path)
     options = storage_options()
-    writer = _claim(args, options, plan.pin, control)
+    if args.fence_first:
+        # A replacement for a stalled process: take every region over (fencing it) before writing.
+        reclaim(args.uri, options, plan.regions, args.memtable_rows)
+    writer = _claim(args, options, plan.pin, control, plan.regions)
+    stale = control / f"stale-{os.getpid()}"
     while writer is not None and not (control / "stop").exists():
+        if stale.exists():
+            stale_writes(writer, log, args.writer, seq, stall_keys(plan.keys))
+            _close_quietly(writer)
+            return
         if (control / "pause").exists():
             writer = _pause(writer, args, options, plan, control, seq - 1)
             continue
@@ -206,10 +226,13 @@ def run_writer(args: argparse.Namespace) -> None:
         except Exception as exc:
             log.line(f"F {seq} {type(exc).__name__}")
             print(f"writer {args.writer}: op {seq} failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
+            if stale.exists():
+                seq += 1
+                continue  # a stale process: it tries its puts with the writer it has, never re-claiming
             if not isinstance(exc, StorageError):
                 # Fenced, or not a storage failure: this writer object is done.
                 _close_quietly(writer)
-                writer = _claim(args, options, plan.pin, control)
+                writer = _claim(args, options, plan.pin, control, plan.regions)
             # After a storage failure (a lost response, say) `MemWalWriter` has dropped that region's
             # native writer and re-opens (re-claims) it on the next call; its other regions go on.
         seq += 1
@@ -220,18 +243,53 @@ def run_writer(args: argparse.Namespace) -> None:
     writer.close()
 
 
+def stale_writes(writer: Writer, log: OpLog, writer_id: int, seq: int, keys: list[int]) -> None:
+    """What a writer woken after its replacement claimed its regions tries: puts, each logged like any.
+
+    Each must fail (the writer is fenced) or, if acknowledged, be read: the
+    audit holds the stall keys to the same model as every other key. No
+    failure re-claims: this process is the stale one.
+    """
+    from bench.soak_model import value_of
+
+    for i in range(STALE_WRITES):
+        key = keys[(seq + i) % len(keys)]
+        log.line(f"A {seq + i} P {key}")
+        try:
+            writer.put(
+                pa.table({"id": [key], "w": [writer_id], "v": [value_of(writer_id, seq + i)]}, schema=SCHEMA)
+            )
+            log.line(f"K {seq + i}")
+        except Exception as exc:
+            log.line(f"F {seq + i} {type(exc).__name__}")
+            print(f"stale writer {writer_id}: put refused: {str(exc)[:200]}", file=sys.stderr, flush=True)
+
+
 def _claim(
-    args: argparse.Namespace, options: dict[str, str], pin: str | None, control: Path
+    args: argparse.Namespace, options: dict[str, str], pin: str | None, control: Path, regions: list[str]
 ) -> Writer | None:
-    """Open the writer, retrying while the store fails (the proxy drops and resets connections).
+    """Open the writer and claim its existing regions, retrying while the store fails (the proxy drops
+    and resets connections). Claiming every region at once (not at its first write) means a writer
+    stopped later holds all of them, so each can fence it.
 
     None if asked to stop before that succeeded.
     """
+    from memwal_core.model.table import MemWalTable
+
     delay = 0.2
     while not (control / "stop").exists():
+        writer = None
         try:
-            return open_writer(args.uri, options, pin, args.memtable_rows)
+            writer = open_writer(args.uri, options, pin, args.memtable_rows)
+            with MemWalTable(args.uri, options or None) as table:
+                existing = {r for r, m in table.read_regions(regions).items() if m is not None}
+            for region in regions:
+                if region in existing:
+                    writer.claim(region)
+            return writer
         except Exception as exc:
+            if writer is not None:
+                _close_quietly(writer)
             print(f"writer {args.writer}: claim failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
             time.sleep(delay)
             delay = min(delay * 2, 3.0)
@@ -255,19 +313,20 @@ def _pause(
 ) -> Writer | None:
     """Flush every acknowledged write into a generation, report the last operation, wait for the pause to end.
 
-    `flush` covers only the regions this writer object holds open; a write
-    acknowledged by a killed predecessor, or in a region whose native writer
-    was dropped after a failure and not re-opened since, is still only in the
-    WAL until a claim replays it, so a fresh claim of each region (replay,
-    then close) follows the flush.
+    This writer claimed every existing region when it opened (replaying what a
+    killed predecessor acknowledged) and creates the others by routing, so
+    `flush` covers them all: it closes the regions holding rows and settles
+    those whose native writer was dropped after a failure (a fresh claim
+    replays and closes them). Regions with nothing to flush keep their claim.
     """
     try:
         writer.flush()
-        reclaim(args.uri, options, plan.regions, args.memtable_rows)
     except Exception as exc:
         print(f"writer {args.writer}: flush failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
+        if (control / f"stale-{os.getpid()}").exists():
+            return writer  # stopped during the flush and woken as a stale process: no re-claim
         _close_quietly(writer)
-        return _claim(args, options, plan.pin, control)  # flush again on the next loop
+        return _claim(args, options, plan.pin, control, plan.regions)  # flush again on the next loop
     marker = control / f"paused-{args.writer}"
     marker.write_text(str(last_seq))
     while (control / "pause").exists() and not (control / "stop").exists():
@@ -391,13 +450,18 @@ def _snapshot(table: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _gc(table: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """Retention first (old versions pin merged generations), then GC with the soak's short grace."""
-    from memwal_core.services.gc.rules import GcPolicy
+    """Retention first (old versions pin merged generations), then GC with the soak's short grace.
+
+    The fence retention is at its shortest (a day): WAL entries and manifest versions stay that long,
+    so a writer stalled for less finds every slot it may write to taken.
+    """
+    from memwal_core.services.gc.rules import MIN_FENCE_RETENTION_SECONDS, GcPolicy
     from memwal_core.services.gc.service import gc
     from memwal_core.services.retain import retain
 
     kept = retain(table, older_than=timedelta(seconds=args.retain_seconds), force=True)
-    result = gc(table, dry_run=False, policy=GcPolicy(grace_seconds=args.grace_seconds)).to_json()
+    policy = GcPolicy(grace_seconds=args.grace_seconds, fence_retention_seconds=MIN_FENCE_RETENTION_SECONDS)
+    result = gc(table, dry_run=False, policy=policy).to_json()
     return {
         "versions_removed": len(kept.removed),
         "deleted": len(result["deleted"]),
@@ -423,6 +487,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     w.add_argument("--memtable-rows", type=int, default=40)
     w.add_argument("--interval", type=float, default=0.0)
     w.add_argument("--sabotage-at", type=int, default=0, help="fake one acknowledged put from this op on")
+    w.add_argument("--seq-base", type=int, default=0, help="this process's first sequence number, at least")
+    w.add_argument(
+        "--fence-first", action="store_true", help="claim every region once before writing (a replacement)"
+    )
     s = sub.add_parser("service")
     s.add_argument("name", choices=sorted(SERVICES))
     s.add_argument("--uri", required=True)

@@ -1,14 +1,18 @@
 """The soak suite's model of acknowledged writes, rebuilt from the writers' logs.
 
-Each writer process owns a disjoint set of keys (one region's, or those that
-route to the regions it owns) and writes one operation at a time, so the
-order of its log is the order of each of its regions' WALs for the keys it
-writes there: the last acknowledged operation on a key decides the key's
-final state. An operation that was attempted but never acknowledged (it failed, or
-the writer was killed during it) may or may not have landed; it is allowed
-until a later acknowledged operation on the same key overrides it. A key
-whose row matches neither the last acknowledged state nor such a pending
-attempt has lost an acknowledged write.
+Each writer owns a disjoint set of keys (one region's, or those that route
+to the regions it owns). Its processes log each operation when it begins and
+when it returns; one process does one operation at a time, and a new process
+(a restart after a kill, or the replacement of a stalled one) numbers its
+operations from its own multiple of `SEQ_STRIDE`. Operations that overlap in
+time (a stalled process's write in flight while its replacement writes) may
+take effect in either order; others in the order they ran. So a key may end
+as the value of any operation that no acknowledged operation on the key
+began after: of an acknowledged one, or of one that failed or never
+returned (it may or may not have landed; one cut short by a kill ends where
+the writer's next process began). With no acknowledged operation, the key
+may also keep its base row. A key whose row is none of these has lost an
+acknowledged write (or shows one that was never made).
 
 Log lines (one per event, written with one `write` call and flushed):
 `A seq P|D k1,k2,...` before an operation, `K seq` once it returned,
@@ -23,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 BASE_VALUE = "base"
+# Each process of a writer numbers its operations from its own multiple of this.
+SEQ_STRIDE = 1_000_000
 
 
 def base_rows(keys: Sequence[int]) -> dict[int, str]:
@@ -58,48 +64,65 @@ class WriterLog:
     states: dict[int, KeyState] = field(default_factory=dict)
 
 
+@dataclass
+class _Op:
+    """One logged operation: where it began and ended in the log (None: never returned), and how."""
+
+    seq: int
+    kind: str
+    keys: list[int]
+    start: int
+    end: float | None = None
+    outcome: str | None = None
+
+    @property
+    def process(self) -> int:
+        return self.seq // SEQ_STRIDE
+
+
 def parse_log(
     path: Path, writer: int, base: Mapping[int, str], keys: Iterable[int] | None = None
 ) -> WriterLog:
     """Replay one writer's log over the base rows of its key range."""
     log = WriterLog(writer)
-    log.states = {k: KeyState(base.get(k)) for k in (keys if keys is not None else base)}
-    attempts: dict[int, tuple[str, list[int]]] = {}
+    ops: dict[int, _Op] = {}
     text = path.read_text() if path.exists() else ""
     # A line without its newline was torn by a kill before the operation was tried.
-    lines = text.split("\n")[:-1]
-    for line in lines:
+    for index, line in enumerate(text.split("\n")[:-1]):
         parts = line.split(" ")
         if parts[0] == "A" and len(parts) == 4:
-            # An open attempt followed by a new one was cut short by a kill.
-            for seq, (kind, ks) in attempts.items():
-                _unsure(log, seq, kind, ks)
-            attempts.clear()
             seq = int(parts[1])
-            attempts[seq] = (parts[2], [int(k) for k in parts[3].split(",") if k])
+            ops[seq] = _Op(seq, parts[2], [int(k) for k in parts[3].split(",") if k], index)
             log.next_seq = max(log.next_seq, seq + 1)
-        elif parts[0] == "K" and len(parts) == 2 and int(parts[1]) in attempts:
-            seq = int(parts[1])
-            kind, ks = attempts.pop(seq)
-            value = value_of(writer, seq) if kind == "P" else None
-            for k in ks:
-                state = log.states.setdefault(k, KeyState(None))
-                state.acked = value
-                state.maybe.clear()
+        elif parts[0] in ("K", "F") and len(parts) >= 2 and int(parts[1]) in ops:
+            op = ops[int(parts[1])]
+            if op.outcome is None:
+                op.end, op.outcome = index, parts[0]
+    for op in ops.values():
+        if op.end is None:  # cut short by a kill (it ends where a later process began), or still running
+            later = [o.start for o in ops.values() if o.process > op.process]
+            op.end = min(later, default=float("inf"))
+    by_key: dict[int, list[_Op]] = {k: [] for k in (keys if keys is not None else base)}
+    for op in ops.values():
+        for k in op.keys:
+            by_key.setdefault(k, []).append(op)
+        if op.outcome == "K":
             log.acked_ops += 1
-            log.acked_rows += len(ks)
-        elif parts[0] == "F" and len(parts) >= 2 and int(parts[1]) in attempts:
+            log.acked_rows += len(op.keys)
+        elif op.outcome == "F":
             log.failed_ops += 1
-            _unsure(log, int(parts[1]), *attempts.pop(int(parts[1])))
-    for seq, (kind, ks) in attempts.items():
-        _unsure(log, seq, kind, ks)
+    for k, touching in by_key.items():
+        acked = [o for o in touching if o.outcome == "K"]
+        # The value an acknowledged write must have left (reported as expected), and the others allowed.
+        last = max(acked, key=lambda o: o.end or 0, default=None)
+        expected = base.get(k) if last is None else _value(writer, last)
+        allowed = {_value(writer, o) for o in touching if not any(a.start > (o.end or 0) for a in acked)}
+        log.states[k] = KeyState(expected, allowed - {expected})
     return log
 
 
-def _unsure(log: WriterLog, seq: int, kind: str, keys: list[int]) -> None:
-    value = value_of(log.writer, seq) if kind == "P" else None
-    for k in keys:
-        log.states.setdefault(k, KeyState(None)).maybe.add(value)
+def _value(writer: int, op: _Op) -> str | None:
+    return value_of(writer, op.seq) if op.kind == "P" else None
 
 
 @dataclass(frozen=True)

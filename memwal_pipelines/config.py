@@ -33,6 +33,7 @@ tables:
     status_interval_seconds: 60  # the sensor records the status at most this often (when it changed)
     gc_cron: "45 * * * *"        # GC, after the blocking LSM-consistency check
     gc_grace_seconds: 3600       # a pruned generation's directory stays this long
+    gc_fence_retention_seconds: 604800   # WAL entries and manifest versions stay this long (at least a day)
     max_gc_backlog_generations: 256   # merged generations GC could delete but has not
     compaction_cron: "15 */6 * * *"
     compaction_fragment_threshold: 64 # the sensor asks for a compaction from this many fragments
@@ -63,7 +64,13 @@ from pydantic_core import PydanticCustomError
 from memwal_core.arguments import Range
 from memwal_core.errors import BadInputError
 from memwal_core.services.compact import DEFAULT_TARGET_ROWS
-from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS, MAX_GRACE_SECONDS, GcPolicy
+from memwal_core.services.gc.rules import (
+    DEFAULT_FENCE_RETENTION_SECONDS,
+    DEFAULT_GRACE_SECONDS,
+    MAX_GRACE_SECONDS,
+    MIN_FENCE_RETENTION_SECONDS,
+    GcPolicy,
+)
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.retain import MIN_AGE, parse_duration
 from memwal_core.spark_session import check_spark_target
@@ -122,6 +129,9 @@ class TableConfig:
     gc_grace_seconds: Annotated[float, _ranged(Range(0, MAX_GRACE_SECONDS), whole_number=False)] = (
         DEFAULT_GRACE_SECONDS
     )
+    gc_fence_retention_seconds: Annotated[
+        float, _ranged(Range(MIN_FENCE_RETENTION_SECONDS, MAX_GRACE_SECONDS), whole_number=False)
+    ] = DEFAULT_FENCE_RETENTION_SECONDS
     max_gc_backlog_generations: Threshold = 256
     compaction_cron: str = "15 */6 * * *"
     compaction_fragment_threshold: Annotated[int, _ranged(Range(2))] = 64
@@ -172,7 +182,9 @@ class TableConfig:
         return text
 
     def gc_policy(self) -> GcPolicy:
-        return GcPolicy(grace_seconds=self.gc_grace_seconds)
+        return GcPolicy(
+            grace_seconds=self.gc_grace_seconds, fence_retention_seconds=self.gc_fence_retention_seconds
+        )
 
     def merge_budget(self) -> MergeBudget:
         return MergeBudget.default(max_rows=self.max_batch_rows, max_bytes=self.max_batch_bytes)

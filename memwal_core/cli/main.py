@@ -31,7 +31,13 @@ from memwal_core.services.compact import (
     compact,
 )
 from memwal_core.services.engine import ENGINES, Engine, engine_named
-from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS, MAX_GRACE_SECONDS, GcPolicy
+from memwal_core.services.gc.rules import (
+    DEFAULT_FENCE_RETENTION_SECONDS,
+    DEFAULT_GRACE_SECONDS,
+    MAX_GRACE_SECONDS,
+    MIN_FENCE_RETENTION_SECONDS,
+    GcPolicy,
+)
 from memwal_core.services.gc.service import gc
 from memwal_core.services.ingest.service import ingest
 from memwal_core.services.initialize import RegionSpecChoice, initialize
@@ -185,7 +191,7 @@ def _cmd_ingest(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 
 
 def _cmd_gc(args: argparse.Namespace, table: MemWalTable) -> Outcome:
-    policy = GcPolicy(grace_seconds=args.grace_seconds)
+    policy = GcPolicy(grace_seconds=args.grace_seconds, fence_retention_seconds=args.fence_retention_seconds)
     result = gc(table, dry_run=args.dry_run, policy=policy, progress=RegionProgress())
     return result, _failed_regions(args.command, result.failures)
 
@@ -273,6 +279,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_GRACE_SECONDS,
         metavar="S",
         help="delete a pruned generation's directory only S seconds after its pruning (default 3600)",
+    )
+    p.add_argument(
+        "--fence-retention-seconds",
+        type=number(MIN_FENCE_RETENTION_SECONDS, MAX_GRACE_SECONDS),
+        default=DEFAULT_FENCE_RETENTION_SECONDS,
+        metavar="S",
+        help="keep WAL entries and region manifest versions S seconds: a writer stalled for less stays "
+        "fenced (default 604800, a week; at least a day)",
     )
     p.set_defaults(run=_cmd_gc)
 

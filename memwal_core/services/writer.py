@@ -9,6 +9,10 @@ durable put waits for the next WAL flush, so serial regions would add up.
 
 A put or delete that returns is acknowledged: with durable writes (the
 default) its WAL entry is stored, and a later writer of the region replays it.
+Before acknowledging, a durable write also checks that no later writer has
+claimed the region (`model/claim.py`): Lance's writer notices a newer claim
+only when its next WAL slot is taken, and a slot freed by a GC would let it
+write where no replay reads.
 A call that raises may have written some regions and not others; puts and
 deletes are idempotent by key, so retrying the whole call is safe.
 
@@ -59,6 +63,7 @@ from memwal_core.lance_errors import (
     permission_denied,
     write_failure,
 )
+from memwal_core.model.claim import Claim
 from memwal_core.model.region_directory import RegionDirectory
 from memwal_core.model.routing import RegionKey, RegionSpec, partition_by_code, region_spec_of
 from memwal_core.model.rows import conform, iter_tables, key_rows
@@ -198,6 +203,14 @@ def _bounded(call: Callable[[], T], seconds: float, what: str) -> T:
     return value  # type: ignore[no-any-return]
 
 
+def _unflushed(writer: ShardWriter) -> bool:
+    """Whether a native writer holds rows no flushed generation has yet (or a flush of them failed)."""
+    memtable = writer.memtable_stats()
+    return bool(
+        memtable["row_count"] or memtable["frozen_count"] or writer.stats().get("memtable_flush_failures")
+    )
+
+
 @dataclass
 class _RegionCounters:
     rows_put: int = 0
@@ -249,7 +262,10 @@ class MemWalWriter:
         )
         if durable and self.options.max_wal_buffer_size is None and "max_wal_buffer_size" not in defaults:
             self._native_options["max_wal_buffer_size"] = DURABLE_WAL_BUFFER_BYTES
+        self._durable = bool(durable)
         self._writers: dict[str, ShardWriter] = {}
+        # Each open region's claim, checked before a durable write is acknowledged (`model/claim.py`).
+        self._claims: dict[str, Claim] = {}
         self._fenced: set[str] = set()
         # Regions whose native writer was given up after a failure: what it acknowledged may be in
         # the WAL only, so a fresh claim and close must flush it before this writer reports success.
@@ -308,14 +324,17 @@ class MemWalWriter:
             raise _fenced(region)
         writer = self._writers.get(region)
         if writer is None:
-            writer = self._open(region)
+            writer, claim = self._open(region)
             self._writers[region] = writer
             self._unsettled.discard(region)  # the claim replayed whatever its predecessor left
             self._counters.setdefault(region, _RegionCounters())
+            if self._durable:
+                self._claims[region] = claim
         return writer
 
-    def _open(self, region: str) -> ShardWriter:
-        """Claim the region, again if the claim reads as fenced (its own answer may have been lost)."""
+    def _open(self, region: str) -> tuple[ShardWriter, Claim]:
+        """Claim the region, again if the claim reads as fenced (its own answer may have been lost, or
+        another claim overlapped it)."""
         for attempt in range(1, CLAIM_ATTEMPTS + 1):
             try:
                 return self._claim(region)
@@ -326,12 +345,38 @@ class MemWalWriter:
                 time.sleep(0.1 * attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _claim(self, region: str) -> ShardWriter:
+    def _verified_claim(self, region: str, native: dict[str, Any]) -> tuple[ShardWriter, Claim]:
+        """Lance's claim, and proof that it is the region's newest: one epoch past the one before it.
+
+        A claim that another overlapped (or that stalled while others claimed
+        and flushed) may have found the WAL's tip from a stale hint, in a slot
+        GC freed; it is closed, and reads as fenced (`_open` claims again).
+        """
+        manifests = self.table.region_store(region)
+        before = Claim.epoch_before(manifests)
+        what = f"region {region}: claim"
+        writer = _bounded(lambda: self._dataset.mem_wal_writer(region, **native), self.call_seconds, what)
+        try:
+            claim = Claim.verified(manifests, before)
+        except MemwalError:
+            self._close_quietly(region, writer)
+            raise
+        if claim is None:
+            self._close_quietly(region, writer)
+            raise _fenced(region)
+        return writer, claim
+
+    def _close_quietly(self, region: str, writer: ShardWriter) -> None:
+        """Close a native writer this one will not use; a failure is no news (it was fenced, or storage fails)."""
+        with contextlib.suppress(OSError, RuntimeError, ValueError, UncertainWriteError):
+            _bounded(writer.close, self.call_seconds, f"region {region}: close")
+
+    def _claim(self, region: str) -> tuple[ShardWriter, Claim]:
         """One claim; a WAL generation our limits cannot replay is replayed once with larger ones."""
         native = dict(self._native_options)
         what = f"region {region}: claim"
         try:
-            return _bounded(lambda: self._dataset.mem_wal_writer(region, **native), self.call_seconds, what)
+            return self._verified_claim(region, native)
         except (OSError, RuntimeError, ValueError) as exc:
             if is_memory_ceiling_refusal(exc) and self._bounded_memory:
                 log.warning(
@@ -360,7 +405,7 @@ class MemWalWriter:
                 if attempt == len(RECOVERY_LIMITS) or not is_overfull_replay(exc):
                     raise _native_error(region, exc) from None
         try:
-            return _bounded(lambda: self._dataset.mem_wal_writer(region, **native), self.call_seconds, what)
+            return self._verified_claim(region, native)
         except (OSError, RuntimeError, ValueError) as exc:
             raise _native_error(region, exc) from None
 
@@ -373,13 +418,13 @@ class MemWalWriter:
         returned, since it would wait for that call).
         """
         writer = self._writers.pop(region, None)
+        self._claims.pop(region, None)
         if isinstance(error, FencedError):
             self._fenced.add(region)
             return
         self._unsettled.add(region)
         if writer is not None and not isinstance(error, UncertainWriteError):
-            with contextlib.suppress(OSError, RuntimeError, ValueError, UncertainWriteError):
-                _bounded(writer.close, self.call_seconds, f"region {region}: close")
+            self._close_quietly(region, writer)
 
     def _write(self, kind: str, parts: dict[str, pa.Table]) -> None:
         """Each region's part through its writer (regions in parallel); the first error is raised."""
@@ -429,6 +474,9 @@ class MemWalWriter:
                     _bounded(functools.partial(write, rows), self.call_seconds, f"region {region}: {kind}")
                 except (OSError, RuntimeError, ValueError) as exc:
                     raise _native_error(region, exc) from None
+                claim = self._claims.get(region)
+                if claim is not None and claim.due():
+                    claim.check()  # a later claim: the write may sit where no replay reads it
             except UncertainWriteError as error:
                 self._discard(region, error)
                 if attempt == WRITE_ATTEMPTS:
@@ -502,17 +550,25 @@ class MemWalWriter:
         return region
 
     def flush(self) -> None:
-        """Seal every open region's MemTable as a flushed generation.
+        """Seal every open region's MemTable that holds rows as a flushed generation.
 
-        Lance 14's writer flushes only when its MemTable fills or on close, so
-        this closes the native writers; the next write re-opens (re-claims) them.
+        Lance 14's writer flushes only when its MemTable fills or on close, and
+        has no call that flushes and keeps the claim, so a region with rows not
+        yet flushed is closed and re-claimed at its next write (a new epoch). A
+        region with nothing to flush keeps its writer and its claim: one writer
+        session stays one epoch there.
         """
-        self._close_writers()
+        self._close_writers(only_unflushed=True)
 
-    def _close_writers(self) -> None:
-        """Close every native writer (regions in parallel; each flushes), then settle given-up regions."""
-        writers = dict(self._writers)
-        self._writers.clear()
+    def _close_writers(self, *, only_unflushed: bool = False) -> None:
+        """Close native writers (regions in parallel; each flushes), then settle given-up regions.
+
+        `only_unflushed`: leave open the writers whose MemTables hold nothing.
+        """
+        writers = {r: w for r, w in self._writers.items() if not only_unflushed or _unflushed(w)}
+        for region in writers:
+            del self._writers[region]
+            self._claims.pop(region, None)
 
         def close(region: str) -> None:
             writer = writers[region]
@@ -540,6 +596,7 @@ class MemWalWriter:
         log.info("region %s: re-claiming to flush what a failed writer acknowledged", region)
         writer = self._writer(region)
         del self._writers[region]
+        self._claims.pop(region, None)
         try:
             _bounded(writer.close, self.call_seconds, f"region {region}: close")
         except (OSError, RuntimeError, ValueError) as exc:

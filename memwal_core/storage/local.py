@@ -102,19 +102,25 @@ class LocalStore(ObjectStore):
         except NotFoundError:
             return []
 
-    def list_files(self, path: str, *, recursive: bool = False) -> list[ObjectInfo]:
+    def list_files(
+        self, path: str, *, recursive: bool = False, before: str | None = None
+    ) -> list[ObjectInfo]:
         base = self._path(path)
 
         def call() -> list[ObjectInfo]:
             found: list[ObjectInfo] = []
             walker = os.walk(base) if recursive else [(str(base), [], os.listdir(base))]
-            for dirpath, _dirs, files in walker:
+            for dirpath, dirs, files in walker:
+                if before is not None:  # whole directories at or after `before` are not walked
+                    dirs[:] = [
+                        d for d in dirs if (Path(dirpath) / d).relative_to(self.root).as_posix() < before
+                    ]
                 for name in files:
                     full = Path(dirpath) / name
-                    if not full.is_file() or name.endswith(".tmp"):
+                    rel = full.relative_to(self.root).as_posix()
+                    if not full.is_file() or name.endswith(".tmp") or (before is not None and rel >= before):
                         continue
                     st = full.stat()
-                    rel = full.relative_to(self.root).as_posix()
                     found.append(ObjectInfo(rel, st.st_size, st.st_mtime))
             return sorted(found, key=lambda info: info.path)
 
@@ -144,6 +150,7 @@ class LocalStore(ObjectStore):
         self._io("delete", path, lambda: self._path(path).unlink(missing_ok=True))
 
     keeps_empty_dirs = True
+    lance_puts_through_temp_files = True
 
     def delete_trees(self, paths: Sequence[str]) -> list[list[ObjectInfo]]:
         deleted = super().delete_trees(paths)

@@ -122,14 +122,23 @@ class ObjectStore(ABC):
     # Whether a directory can outlive its last object (local disk; never on S3): then a listing of
     # objects misses it, and who deletes directories must also ask `list_dirs`.
     keeps_empty_dirs = False
+    # Whether Lance writes a WAL entry here through a temp file and a rename (local disk), which a
+    # writer killed mid-put leaves behind; on object stores it puts conditionally, in one request.
+    lance_puts_through_temp_files = False
 
     @abstractmethod
     def list_dirs(self, path: str) -> list[str]:
         """Names of the immediate sub-directories of `path`, sorted."""
 
     @abstractmethod
-    def list_files(self, path: str, *, recursive: bool = False) -> list[ObjectInfo]:
-        """Objects below `path` (immediate children unless `recursive`), sorted by path."""
+    def list_files(
+        self, path: str, *, recursive: bool = False, before: str | None = None
+    ) -> list[ObjectInfo]:
+        """Objects below `path` (immediate children unless `recursive`), sorted by path.
+
+        `before`: only objects whose path sorts before it; a listing stops there, so the objects
+        after it cost no requests (a region's WAL sorts after its manifests and generations).
+        """
 
     def temporary_files(self, path: str) -> list[ObjectInfo]:
         """Temp files a write of this store left below `path` (none: object stores put atomically)."""

@@ -197,12 +197,15 @@ class S3Store(ObjectStore):
         ]
         return sorted(names)
 
-    def list_files(self, path: str, *, recursive: bool = False) -> list[ObjectInfo]:
-        found = [
-            ObjectInfo(self._relative(obj.key), obj.size, obj.mtime)
-            for page in self._pages(path, delimiter=not recursive)
-            for obj in page.objects
-        ]
+    def list_files(
+        self, path: str, *, recursive: bool = False, before: str | None = None
+    ) -> list[ObjectInfo]:
+        found: list[ObjectInfo] = []
+        for page in self._pages(path, delimiter=not recursive):
+            infos = [ObjectInfo(self._relative(obj.key), obj.size, obj.mtime) for obj in page.objects]
+            found += [info for info in infos if before is None or info.path < before]
+            if before is not None and infos and infos[-1].path >= before:
+                break  # S3 lists in key order: the rest sorts after `before`
         return sorted(found, key=lambda info: info.path)
 
     def delete(self, path: str) -> None:

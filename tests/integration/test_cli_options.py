@@ -21,6 +21,7 @@ NUMERIC = [
     ("merge", "--max-batch-rows", 1),
     ("merge", "--max-batch-bytes", 1),
     ("gc", "--grace-seconds", 0),
+    ("gc", "--fence-retention-seconds", 86_400),
     ("snapshot", "--inline-threshold", 0),
     ("compact", "--target-rows", 1),
     ("compact", "--deletion-threshold", 0),

@@ -223,7 +223,7 @@ def test_retention_lets_gc_free_generations_only_old_versions_held(tmp_path: Pat
             assert merge(opened, max_generations=1).generations_merged == 1
     dataset = table.dataset()
     dataset.tags.create("audit", dataset.version - 2)  # merged only generation 1
-    policy = GcPolicy(grace_seconds=0, wal_tail=0, wal_min_age_seconds=0)
+    policy = GcPolicy(grace_seconds=0)
 
     def collect() -> tuple[list[int], dict[int, str]]:
         with MemWalTable.open(table.uri) as opened:

@@ -23,9 +23,9 @@ from memwal_core.cli.main import main as cli_main
 from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, wal_entry_name
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.gc.plan import plan_gc
 from memwal_core.services.gc.rules import GcPolicy
-from memwal_core.services.gc.service import GcResult, gc
-from memwal_core.services.gc.wal import wal_entry_metadata
+from memwal_core.services.gc.service import GcResult, execute_gc, gc
 from memwal_core.services.merge.service import merge
 from tests.support.cli import option_flags
 from tests.support.model import ModelTable
@@ -39,7 +39,9 @@ SCHEMA = pa.schema(
         pa.field("v", pa.int64()),
     ]
 )
-NOW = GcPolicy(grace_seconds=0, wal_tail=0, wal_min_age_seconds=0)
+NOW = GcPolicy(grace_seconds=0)
+# A plan made this long from now sees every WAL entry and manifest version past the fence retention.
+RETENTION_LATER = NOW.fence_retention_seconds + 60
 
 
 def rows(start: int, count: int, factor: int = 10) -> list[dict[str, int]]:
@@ -63,6 +65,13 @@ def forget_old_versions(uri: str) -> None:
 def run_gc(uri: str, policy: GcPolicy = NOW, *, dry_run: bool = False) -> GcResult:
     with MemWalTable.open(uri) as table:
         return gc(table, dry_run=dry_run, policy=policy)
+
+
+def run_gc_later(uri: str, policy: GcPolicy = NOW, *, dry_run: bool = False) -> GcResult:
+    """GC as it runs once the fence retention has passed (a week from now)."""
+    with MemWalTable.open(uri) as table:
+        plan = plan_gc(table, policy, now=time.time() + RETENTION_LATER)
+        return execute_gc(table, plan, dry_run=dry_run)
 
 
 def latest(uri: str, region: str) -> RegionManifest:
@@ -196,7 +205,7 @@ def test_grace_period_keeps_directories_for_live_readers(tmp_path: Path) -> None
     # A native LSM reader whose snapshot lists both generations, built before the prune.
     snapshot = snapshot_of(latest(uri, region))
     expected = LsmScanner.from_snapshots(lance.dataset(uri), [snapshot]).count_rows()
-    hour = GcPolicy(grace_seconds=3600, wal_tail=0, wal_min_age_seconds=0)
+    hour = GcPolicy(grace_seconds=3600)
 
     first = run_gc(uri, hour)
     assert deleted(first) == [] and len(first.to_json()["pruned"]) == 2
@@ -210,7 +219,7 @@ def test_grace_period_keeps_directories_for_live_readers(tmp_path: Path) -> None
     assert second.to_json()["pruned"] == [] and reasons(second) == {1: "grace_period", 2: "grace_period"}
     assert all(not d["orphan"] for d in run_gc(uri, NOW, dry_run=True).to_json()["deleted"])
     time.sleep(1.5)
-    assert deleted(run_gc(uri, GcPolicy(grace_seconds=1, wal_tail=0, wal_min_age_seconds=0))) == [1, 2]
+    assert deleted(run_gc(uri, GcPolicy(grace_seconds=1))) == [1, 2]
     assert gen_dirs(uri, region) == []
     # After the grace period the old snapshot is gone, as the format doc says readers must expect.
     with pytest.raises(OSError, match="not found"):
@@ -218,28 +227,34 @@ def test_grace_period_keeps_directories_for_live_readers(tmp_path: Path) -> None
     model.assert_merged()
 
 
-def test_wal_keeps_newest_fence_sentinel_tail_and_young_entries(tmp_path: Path) -> None:
+def test_wal_and_manifest_versions_stay_for_the_fence_retention(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     model = new_table(uri)
     region = write_generations(model, None, 2, 1)
     write_generations(model, region, 2, 100)  # a second writer session: claims with a fence sentinel
     write_generations(model, region, 1, 200)
+    with MemWalTable.open(uri) as table:
+        merge(table)
+    forget_old_versions(uri)
     manifest = latest(uri, region)
     wal = Path(uri) / MEM_WAL_DIR / region / REGION_WAL_DIR
-    positions = range(1, manifest.replay_after_wal_entry_position + 1)
-    meta = {p: wal_entry_metadata((wal / wal_entry_name(p)).read_bytes(), where=str(p)) for p in positions}
-    sentinels = [p for p, m in meta.items() if m.get(b"fence_sentinel") == b"true"]
-    assert sentinels, "a re-claim writes a fence sentinel"
+    stored = lambda: sorted(int(p.name[:64][::-1], 2) for p in wal.iterdir() if p.name.endswith(".arrow"))  # noqa: E731
+    before = stored()
 
-    young = run_gc(uri, GcPolicy(grace_seconds=0, wal_tail=0, wal_min_age_seconds=3600), dry_run=True)
-    assert young.to_json()["wal_entries"]["deleted"] == 0
-    tail = run_gc(uri, GcPolicy(grace_seconds=0, wal_tail=2, wal_min_age_seconds=0), dry_run=True)
-    assert tail.to_json()["wal_entries"]["kept"]["wal_tail"] == 2
+    # A week's retention: nothing of the WAL or the manifest versions goes yet, and GC says why.
+    report = run_gc(uri, GcPolicy(grace_seconds=0, keep_manifest_versions=1)).to_json()
+    assert (
+        deleted(run_gc(uri, dry_run=True)) == []
+        and stored() == before
+        and report["wal_entries"]["deleted"] == 0
+    )
+    assert report["fence_retention"]["wal_positions"] == manifest.replay_after_wal_entry_position
+    assert report["fence_retention"]["manifest_versions"] > 0
 
-    result = run_gc(uri)
-    assert result.to_json()["wal_entries"]["kept"].get("newest_fence_sentinel") == 1
-    left = sorted(int(p.name[:64][::-1], 2) for p in wal.iterdir() if p.name.endswith(".arrow"))
-    assert left == [max(sentinels)]
+    # A week on, every covered entry goes (the newest manifest version is older than the retention).
+    later = run_gc_later(uri).to_json()
+    assert later["wal_entries"]["deleted"] == manifest.replay_after_wal_entry_position
+    assert stored() == [p for p in before if p > manifest.replay_after_wal_entry_position]
     # A new writer claims the region and writes; nothing acknowledged is lost.
     write_generations(model, region, 1, 300)
     with MemWalTable.open(uri) as table:
@@ -256,7 +271,8 @@ def test_dry_run_changes_nothing(tmp_path: Path) -> None:
     forget_old_versions(uri)
     before = tree_digest(Path(uri))
     result = run_gc(uri, dry_run=True)
-    assert result.dry_run and deleted(result) == [1, 2, 3] and result.to_json()["wal_entries"]["deleted"] > 0
+    assert result.dry_run and deleted(result) == [1, 2, 3]
+    assert run_gc_later(uri, dry_run=True).to_json()["wal_entries"]["deleted"] > 0
     assert tree_digest(Path(uri)) == before
     assert pickle.loads(pickle.dumps(result.plan)) == result.plan  # plans ship to other processes
     with MemWalTable.open(uri) as table:
@@ -274,7 +290,7 @@ def test_old_manifest_versions_and_orphans(tmp_path: Path) -> None:
     (orphan / "data" / "x.lance").write_bytes(b"partial")
     versions_before = latest(uri, region).version
 
-    result = run_gc(uri, GcPolicy(grace_seconds=0, keep_manifest_versions=2))
+    result = run_gc_later(uri, GcPolicy(grace_seconds=0, keep_manifest_versions=2))
     assert [d["orphan"] for d in result.to_json()["deleted"]] == [True]
     assert not orphan.exists()
     stored = sorted(int(p.name[:64][::-1], 2) for p in (region_dir / "manifest").glob("*.binpb"))
@@ -428,7 +444,7 @@ def test_abandoned_staging_and_wal_temp_files_go_after_their_age(tmp_path: Path)
     two_days_ago = time.time() - 2 * 86_400
     os.utime(old, (two_days_ago, two_days_ago))
     os.utime(old_temp, (two_days_ago, two_days_ago))
-    policy = GcPolicy(grace_seconds=0, wal_tail=0, wal_min_age_seconds=0)
+    policy = GcPolicy(grace_seconds=0)
     dry = run_gc(uri, policy, dry_run=True).to_json()
     assert dry["staging_files_deleted"] == 1 and old.exists()
     done = run_gc(uri, policy).to_json()
@@ -439,21 +455,22 @@ def test_abandoned_staging_and_wal_temp_files_go_after_their_age(tmp_path: Path)
     assert not fresh.exists()
 
 
-def test_garbled_wal_entry_fails_its_region_alone_and_names_it(tmp_path: Path) -> None:
+def test_garbled_old_manifest_version_fails_its_region_alone_and_names_it(tmp_path: Path) -> None:
+    """The oldest manifest version tells GC where its last run stopped deleting the WAL."""
     uri = str(tmp_path / "t")
     model = new_table(uri)
     damaged = write_generations(model, None, 2, 1)
-    write_generations(model, damaged, 2, 100)  # a re-claim: GC looks for its fence sentinel in the WAL
     healthy = write_generations(model, None, 2, 1000)
+    manifests = Path(uri) / MEM_WAL_DIR / damaged / "manifest"
+    oldest = max(manifests.glob("*.binpb"), key=lambda p: -int(p.name[:64][::-1], 2))
+    oldest.write_bytes(b"\xff\xff\xff\xff garbage")
     wal = Path(uri) / MEM_WAL_DIR / damaged / REGION_WAL_DIR
-    covered = range(1, latest(uri, damaged).replay_after_wal_entry_position + 1)
-    for position in covered:
-        (wal / wal_entry_name(position)).write_bytes(b"\xff\xff\xff\xff garbage")
     before = sorted((p.name, p.read_bytes()) for p in wal.iterdir())
-    result = run_gc(uri)
+    result = run_gc_later(uri)
     failures = {f.region: f.error for f in result.failures}
     assert set(failures) == {damaged}, failures
-    assert "is not a readable Arrow IPC stream" in failures[damaged] and str(wal) in failures[damaged]
-    assert sorted((p.name, p.read_bytes()) for p in wal.iterdir()) == before, "GC touched a damaged WAL"
-    planned = {k["region"] for k in result.to_json()["kept"]}
-    assert healthy in planned and damaged not in planned, "the other region is still collected"
+    assert str(manifests) in failures[damaged]
+    assert sorted((p.name, p.read_bytes()) for p in wal.iterdir()) == before, (
+        "GC touched a damaged region's WAL"
+    )
+    assert healthy in {o.region for o in result.outcomes}, "the other region is still collected"

@@ -40,10 +40,9 @@ import lance
 import pytest
 
 from memwal_core.demo import write_demo_table
-from memwal_core.format.naming import LEASE_DIR, region_manifest_name, wal_entry_name
+from memwal_core.format.naming import LEASE_DIR, region_manifest_name
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.catchup import catchup
-from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.merge.batch_merge import DEFAULT_LEASE_TTL
 from memwal_core.services.merge.service import merge
 from memwal_core.services.retain import retain
@@ -75,7 +74,6 @@ class Pristine:
 
     path: Path
     regions: list[str]
-    epoch_two_region: str
     reference: dict[str, dict[str, Any]]
 
 
@@ -109,10 +107,6 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
         retain(table, older_than=timedelta(0), force=True)
         # ... and a second version gives GC an older manifest to read.
         build_snapshot(table)
-    epoch_two = [r for r in log.regions if independent_latest_manifest(path, r).writer_epoch > 1]
-    assert len(epoch_two) == 1
-    covered = independent_latest_manifest(path, epoch_two[0]).replay_after_wal_entry_position
-    assert covered - GcPolicy().wal_tail >= 3, "the re-claimed region needs WAL entries GC reads"
     copies = {command: root / f"reference-{command}" for command in COMMANDS}
     for copy in copies.values():
         shutil.copytree(path, copy)
@@ -125,7 +119,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
             reference[command] = normalized(json.loads(out), copies[command])
     for copy in copies.values():
         shutil.rmtree(copy)
-    return Pristine(path, sorted(log.regions), epoch_two[0], reference)
+    return Pristine(path, sorted(log.regions), reference)
 
 
 # -- the damages -----------------------------------------------------------------------------
@@ -157,13 +151,6 @@ def pending_generation(table: Path, region: str) -> Path:
 
 def generation_data(table: Path, region: str) -> Path:
     return next((pending_generation(table, region) / "data").iterdir())
-
-
-def wal_entry_gc_reads(table: Path, region: str) -> Path:
-    """The first covered WAL entry GC's fence-sentinel search reads (the middle of those past the tail)."""
-    covered = independent_latest_manifest(table, region).replay_after_wal_entry_position
-    candidates = covered - GcPolicy().wal_tail
-    return table / "_mem_wal" / region / "wal" / wal_entry_name(candidates // 2 + 1)
 
 
 def newest_lease_record(table: Path, lease: str) -> Path:
@@ -225,7 +212,7 @@ class Damage:
     name: str
     apply: Callable[[Path, str], Path]
     refused: dict[str, int]
-    # Which region it hits: the first one, the re-claimed one (epoch 2), or none (table-wide).
+    # Which region it hits: the first one, or none (table-wide).
     hits: str = "first"
 
 
@@ -239,8 +226,6 @@ DAMAGES = [
     Damage("generation data garbled", garble_generation(garble), {"merge": 2}),
     Damage("generation data truncated", garble_generation(truncate), {"merge": 2}),
     Damage("generation missing", delete_generation, {"merge": 2}),
-    Damage("WAL entry garbled", damaging(garble, wal_entry_gc_reads), {"gc": 2}, hits="epoch2"),
-    Damage("WAL entry zeroed", damaging(zero, wal_entry_gc_reads), {"gc": 2}, hits="epoch2"),
     Damage(
         "merge lease record garbled",
         damaging(garble, lambda t, r: newest_lease_record(t, f"merge-{r}")),
@@ -305,7 +290,7 @@ def generation_dirs_above(table: Path, regions: list[str], merged: int) -> froze
 def run_case(pristine: Pristine, workdir: Path, damage: Damage, command: str) -> Run:
     table = workdir / f"{damage.name.replace(' ', '-')}-{command}"
     shutil.copytree(pristine.path, table)
-    region = {"first": pristine.regions[0], "epoch2": pristine.epoch_two_region, "table": None}[damage.hits]
+    region = {"first": pristine.regions[0], "table": None}[damage.hits]
     damaged = damage.apply(table, region or "")
     region_dir = table / "_mem_wal" / region if region else None
     region_digest = (lambda: tree_digest(region_dir)) if region_dir else (lambda: None)

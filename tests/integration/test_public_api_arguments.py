@@ -66,9 +66,9 @@ NAMED: list[tuple[str, Callable[[memwal_core.MemWalTable, str], Any], str]] = [
         "grace_seconds",
     ),
     (
-        "GcPolicy(wal_min_age_seconds=nan)",
-        lambda t, p: memwal_core.GcPolicy(wal_min_age_seconds=math.nan),
-        "wal_min_age_seconds",
+        "GcPolicy(fence_retention_seconds=nan)",
+        lambda t, p: memwal_core.GcPolicy(fence_retention_seconds=math.nan),
+        "fence_retention_seconds",
     ),
     ("MemWalWriter(P, bogus=1)", lambda t, p: memwal_core.MemWalWriter(p, bogus=1), "'bogus'"),
     (

@@ -3,8 +3,9 @@
 Each test runs `bench/soak.py` as a subprocess (it starts its own SeaweedFS
 and proxy on 127.0.0.1 and stops them by PID); its exit status is the
 verdict, and its JSON summary is checked for the numbers that prove the run
-did the work: kills (also inside a two-step merge commit), merges in both
-commit forms and on the Spark engine, GC, injected faults.
+did the work: kills (also inside a two-step merge commit), writers stalled
+and woken, merges in both commit forms and on the Spark engine, GC, injected
+faults.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def test_short_soak_loses_nothing(tmp_path: Path) -> None:
     assert forms.get("local/single", 0) > 0 and forms.get("local/two-step", 0) > 0, forms
     assert totals["spark_merge_rounds"] > 0
     assert totals["gc_deleted_generations"] > 0 and totals["quiescent_checks"] > 0
+    # Writers were stopped, held across merges and GCs, and woken to try puts (each refused or read).
+    assert totals["writer_stalls"] > 0 and totals["stale_writes"] > 0
     assert sum(n for k, n in summary["injected_faults"].items() if k != "connections") > 0
     assert summary["seconds"] < 180, f"the short mode took {summary['seconds']} s"
 

@@ -22,7 +22,7 @@ from memwal_core.services.gc.service import gc
 def run_gc(uri: str) -> None:
     with MemWalTable.open(uri) as table:
         print("ready", flush=True)
-        result = gc(table, dry_run=False, policy=GcPolicy(grace_seconds=0, wal_tail=0, wal_min_age_seconds=0))
+        result = gc(table, dry_run=False, policy=GcPolicy(grace_seconds=0))
         print(json.dumps(result.to_json()), flush=True)
 
 

@@ -20,7 +20,6 @@ from memwal_core.format.naming import (
     REGION_MANIFEST_SUFFIX,
     REGION_WAL_DIR,
     STAGING_DIR,
-    WAL_SUFFIX,
     generation_from_dir_name,
     parse_bitrev64,
 )
@@ -28,6 +27,7 @@ from memwal_core.format.regions import RegionManifest
 from memwal_core.model.indexes import read_maintained
 from memwal_core.model.region_store import RegionManifestStore
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.gc.retention import plan_retention
 from memwal_core.services.gc.rules import (
     FLUSH_IN_PROGRESS,
     GRACE_PERIOD,
@@ -35,7 +35,6 @@ from memwal_core.services.gc.rules import (
     RegionBounds,
     region_bounds,
 )
-from memwal_core.services.gc.wal import plan_wal
 from memwal_core.services.result import Failure
 from memwal_core.storage.object_store import ObjectInfo, ObjectStore
 
@@ -76,9 +75,12 @@ class RegionGcPlan:
     delete_pruned: bool
     delete_dirs: tuple[GenerationDir, ...]
     kept: tuple[KeptGeneration, ...]
-    wal_delete: tuple[int, ...]
-    wal_kept: tuple[tuple[str, int], ...]
+    # WAL positions to delete (a prefix older than the fence retention), and covered ones kept for it.
+    wal_delete: range
+    wal_kept: int
     manifest_delete: tuple[int, ...]
+    # Manifest versions no other rule keeps, kept because they are younger than the fence retention.
+    manifest_kept: int
     # Abandoned `.tmp` uploads in the WAL folder (a writer killed mid-put), by path.
     wal_temp_delete: tuple[str, ...] = ()
 
@@ -163,35 +165,37 @@ def first_unlisting_version(
 
 @dataclass(frozen=True)
 class RegionListing:
-    """Everything stored under one region's directory, from one recursive LIST (paged past 1,000 objects)."""
+    """A region's generation directories and manifest versions, from one recursive LIST that stops
+    where the WAL begins (its entries are deleted by position, never listed), and the abandoned
+    uploads in its WAL folder where Lance writes through temp files (local disk)."""
 
     manifest_versions: dict[int, float]
     generation_dirs: dict[str, list[ObjectInfo]]
-    wal_files: list[ObjectInfo]
+    wal_temp_files: list[ObjectInfo]
 
     @classmethod
     def read(cls, store: ObjectStore, region: str) -> RegionListing:
         region_dir = f"{MEM_WAL_DIR}/{region}"
+        wal_dir = f"{region_dir}/{REGION_WAL_DIR}"
         versions: dict[int, float] = {}
         dirs: dict[str, list[ObjectInfo]] = {}
-        wal: list[ObjectInfo] = []
-        for info in store.list_files(region_dir, recursive=True):
+        for info in store.list_files(region_dir, recursive=True, before=f"{wal_dir}/"):
             top, _, rest = info.path[len(region_dir) + 1 :].partition("/")
             if not rest or rest.endswith("/"):
                 continue
             if top == REGION_MANIFEST_DIR:
                 if rest.endswith(REGION_MANIFEST_SUFFIX) and "/" not in rest:
                     versions[parse_bitrev64(rest[: -len(REGION_MANIFEST_SUFFIX)])] = info.mtime
-            elif top == REGION_WAL_DIR:
-                if "/" not in rest:
-                    wal.append(info)
             elif generation_from_dir_name(top) is not None:
                 dirs.setdefault(top, []).append(info)
         if store.keeps_empty_dirs:  # a GC killed after emptying a directory left it behind, empty
             for name in store.list_dirs(region_dir):
                 if generation_from_dir_name(name) is not None:
                     dirs.setdefault(name, [])
-        return cls(versions, dirs, wal)
+        temp: list[ObjectInfo] = []
+        if store.lance_puts_through_temp_files:
+            temp = [f for f in store.list_files(wal_dir) if ".tmp" in f.path.rsplit("/", 1)[-1]]
+        return cls(versions, dirs, temp)
 
 
 def plan_region(
@@ -227,7 +231,6 @@ def plan_region(
         if reason is not None:
             kept.append(KeptGeneration(region, g.generation, g.path, reason))
 
-    region_dir = f"{MEM_WAL_DIR}/{region}"
     versions = sorted({*(v for v in stored if v <= latest.version), latest.version})
     read = _VersionReader(manifests, latest)
     delete_dirs: list[GenerationDir] = []
@@ -249,28 +252,16 @@ def plan_region(
             kept.append(KeptGeneration(region, generation, name, GRACE_PERIOD))
             pinned.append(dropped_in)
 
-    wal_dir = f"{region_dir}/{REGION_WAL_DIR}"
-    wal_files = listing.wal_files
-    entries = {
-        parse_bitrev64(info.path.rsplit("/", 1)[-1][: -len(WAL_SUFFIX)]): info
-        for info in wal_files
-        if info.path.endswith(WAL_SUFFIX)
-    }
     wal_temp = [
-        info.path
-        for info in wal_files
-        if ".tmp" in info.path.rsplit("/", 1)[-1] and now - info.mtime > policy.abandoned_after_seconds
+        info.path for info in listing.wal_temp_files if now - info.mtime > policy.abandoned_after_seconds
     ]
-    wal_delete, wal_kept = plan_wal(store.read, store.describe, wal_dir, entries, latest, policy, now)
+    retention = plan_retention(stored, read, latest, policy, now)
 
-    # Old manifest versions go oldest first, and only a prefix, so the stored versions stay contiguous.
-    cutoff = min([latest.version - policy.keep_manifest_versions + 1, *pinned])
-    manifest_delete: list[int] = []
-    for version in versions:
-        superseded_at = stored.get(version + 1)
-        if version >= cutoff or superseded_at is None or now - superseded_at < grace:
-            break
-        manifest_delete.append(version)
+    # Old manifest versions go oldest first, and only a prefix below the retention's anchor, so the
+    # stored versions stay contiguous and no stale writer finds the version after its own free.
+    others = min([latest.version - policy.keep_manifest_versions + 1, *pinned])
+    cutoff = min(others, retention.anchor or 0)
+    manifest_delete = [v for v in versions if v < cutoff]
 
     return RegionGcPlan(
         region=region,
@@ -279,8 +270,9 @@ def plan_region(
         delete_pruned=grace == 0,
         delete_dirs=tuple(delete_dirs),
         kept=tuple(sorted(kept, key=lambda k: (k.generation, k.path))),
-        wal_delete=tuple(wal_delete),
-        wal_kept=tuple(sorted(wal_kept.items())),
+        wal_delete=retention.wal_delete,
+        wal_kept=retention.wal_kept,
+        manifest_kept=sum(1 for v in versions if cutoff <= v < others),
         manifest_delete=tuple(manifest_delete),
         wal_temp_delete=tuple(wal_temp),
     )

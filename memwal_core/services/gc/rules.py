@@ -3,8 +3,9 @@
 A generation goes only when it is merged, every maintained index has caught
 up past it, and no retained base-table version has lower merge progress for
 its region; its directory goes only a grace period after the region manifest
-version that stopped listing it was written (see docs/internals.md,
-"Garbage collection").
+version that stopped listing it was written. WAL entries and manifest
+versions go only once older than the fence retention (`retention.py`; see
+docs/internals.md, "Garbage collection").
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from memwal_core.arguments import Amount, Count, Range, Seconds, check_fields
+from memwal_core.arguments import Count, Range, Seconds, check_fields
 
 # Why a generation is kept (the `reason` of `memwal gc --json`).
 NOT_MERGED = "not_merged"
@@ -21,13 +22,12 @@ RETAINED_VERSION = "retained_version"
 GRACE_PERIOD = "grace_period"
 # An unlisted directory of a generation the writer has not committed yet: a flush may be in flight.
 FLUSH_IN_PROGRESS = "flush_in_progress"
-# Why a WAL entry is kept.
-WAL_NOT_FLUSHED = "not_flushed"
-WAL_TAIL = "wal_tail"
-WAL_TOO_YOUNG = "wal_min_age"
-WAL_FENCE_SENTINEL = "newest_fence_sentinel"
-
 DEFAULT_GRACE_SECONDS = 3600.0
+# How long WAL entries and region manifest versions are kept: far beyond any pause a live process
+# survives (Delta's VACUUM keeps a week too). Never the grace period, which only has to outlast a reader.
+DEFAULT_FENCE_RETENTION_SECONDS = 7 * 86400.0
+# A fence retention under a day would expose a writer paused for an ordinary outage.
+MIN_FENCE_RETENTION_SECONDS = 86400.0
 # A grace period longer than ten years is a typo, not a policy.
 MAX_GRACE_SECONDS = 10 * 365 * 86400.0
 
@@ -37,11 +37,12 @@ class GcPolicy:
     """How conservative a GC run is. The defaults suit production; tests lower the times."""
 
     grace_seconds: Annotated[float, Range(0, MAX_GRACE_SECONDS)] = DEFAULT_GRACE_SECONDS
-    # Newest covered WAL entries kept: a stalled, fenced writer must not find its positions free.
-    wal_tail: Amount = 16
-    # Covered WAL entries younger than this are kept too; None means the grace period.
-    wal_min_age_seconds: Seconds | None = None
-    # Newest region manifest versions kept (older ones only once superseded for the grace period).
+    # WAL entries and region manifest versions are kept this long: a writer (or a claim) stalled for
+    # less finds every slot it may still write to taken, and so learns it was fenced.
+    fence_retention_seconds: Annotated[float, Range(MIN_FENCE_RETENTION_SECONDS, MAX_GRACE_SECONDS)] = (
+        DEFAULT_FENCE_RETENTION_SECONDS
+    )
+    # Newest region manifest versions kept (older ones only once superseded for the fence retention).
     keep_manifest_versions: Count = 10
     # Files a crashed process left go after this long: `_memwal_staging/` files of a Spark merge or
     # ingestion whose driver died, and `.tmp` uploads of a writer killed mid-put. A live job reads
@@ -50,10 +51,6 @@ class GcPolicy:
 
     def __post_init__(self) -> None:
         check_fields(self)  # a NaN would compare false with every bound and keep everything, silently
-
-    @property
-    def wal_min_age(self) -> float:
-        return self.grace_seconds if self.wal_min_age_seconds is None else self.wal_min_age_seconds
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -54,9 +53,6 @@ class GcResult(ServiceResult):
         done = set(self.done_regions)
         pruned_in = {o.region: o.pruned_in_version for o in self.outcomes}
         plans = [p for p in self.plan.regions if p.region in done]
-        wal_kept: Counter[str] = Counter()
-        for p in self.plan.regions:
-            wal_kept.update(dict(p.wal_kept))
         return {
             "grace_seconds": self.plan.policy.grace_seconds,
             "maintained_indexes": list(self.plan.maintained_indexes),
@@ -73,9 +69,16 @@ class GcResult(ServiceResult):
                 for d in p.prune
             ],
             "kept": [k for p in self.plan.regions for k in p.kept],
+            # WAL positions (a prefix, deleted by name: positions GC freed before count again).
             "wal_entries": {
                 "deleted": sum(len(p.wal_delete) for p in plans),
-                "kept": dict(sorted(wal_kept.items())),
+                "kept": {"fence_retention": sum(p.wal_kept for p in self.plan.regions)},
+            },
+            # What the fence retention alone keeps: covered WAL positions and manifest versions.
+            "fence_retention": {
+                "seconds": self.plan.policy.fence_retention_seconds,
+                "wal_positions": sum(p.wal_kept for p in self.plan.regions),
+                "manifest_versions": sum(p.manifest_kept for p in self.plan.regions),
             },
             "manifest_versions_deleted": sum(len(p.manifest_delete) for p in plans),
             "staging_files_deleted": len(self.plan.stale_staging),
@@ -101,11 +104,24 @@ def gc(
         >>> with MemWalTable.open("demo/table") as table:  # doctest: +SKIP
         ...     print(gc(table, dry_run=False, policy=GcPolicy(grace_seconds=0)).to_json()["deleted"])
     """
-    policy = policy or GcPolicy()
     table.store.stats.reset()
     started = time.perf_counter()
-    plan = plan_gc(table, policy)
+    return execute_gc(
+        table, plan_gc(table, policy or GcPolicy()), dry_run=dry_run, progress=progress, started=started
+    )
+
+
+def execute_gc(
+    table: MemWalTable,
+    plan: GcPlan,
+    *,
+    dry_run: bool,
+    progress: Callable[[int, int, str], None] | None = None,
+    started: float | None = None,
+) -> GcResult:
+    """Carry out a plan (`plan_gc`), region by region; `started`: when planning began (perf_counter)."""
     planned = time.perf_counter()
+    started = planned if started is None else started
     outcomes: list[RegionGcOutcome] = []
     failures = list(plan.failures)
     work = [p for p in plan.regions if p.has_work]

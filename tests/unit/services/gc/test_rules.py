@@ -53,8 +53,8 @@ def test_no_index_and_no_retained_version_let_merged_generations_go() -> None:
     "policy",
     [
         {"grace_seconds": -1},
-        {"wal_tail": -1},
-        {"wal_min_age_seconds": -0.5},
+        {"fence_retention_seconds": 3600},  # never as short as a grace period
+        {"fence_retention_seconds": float("nan")},
         {"abandoned_after_seconds": -1},
         {"keep_manifest_versions": 0},
     ],
@@ -64,6 +64,6 @@ def test_a_policy_that_could_delete_too_much_is_bad_input(policy: dict[str, floa
         GcPolicy(**policy)  # type: ignore[arg-type]
 
 
-def test_the_wal_minimum_age_defaults_to_the_grace_period() -> None:
-    assert GcPolicy(grace_seconds=90).wal_min_age == 90
-    assert GcPolicy(grace_seconds=90, wal_min_age_seconds=5).wal_min_age == 5
+def test_the_fence_retention_is_a_week_unless_told() -> None:
+    assert GcPolicy().fence_retention_seconds == 7 * 86_400
+    assert GcPolicy(fence_retention_seconds=86_400).fence_retention_seconds == 86_400
