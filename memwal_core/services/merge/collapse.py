@@ -69,11 +69,19 @@ class BatchCollapse(Protocol):
 
 
 def read_generation(
-    source: GenerationSource, region: str, storage_options: Mapping[str, str] | None
+    source: GenerationSource,
+    region: str,
+    storage_options: Mapping[str, str] | None,
+    *,
+    columns: Sequence[str] | None = None,
+    where: str | None = None,
 ) -> pa.Table:
-    """All rows of one flushed generation (deletion vector applied)."""
+    """The rows of one flushed generation (deletion vector applied): every column, or `columns`,
+    of every row, or of those matching the Lance filter `where`."""
     try:
-        return open_dataset(source.uri, storage_options).to_table()
+        return open_dataset(source.uri, storage_options).to_table(
+            columns=list(columns) if columns is not None else None, filter=where
+        )
     except (ValueError, OSError) as exc:
         raise NotFoundError(
             f"region {region}: flushed generation {source.generation} at {source.uri} cannot be read "
@@ -143,11 +151,20 @@ def collapse_unit(
     primary_key: Sequence[str],
     base_schema: pa.Schema,
     storage_options: Mapping[str, str] | None,
+    *,
+    projected: bool = False,
+    where: str | None = None,
 ) -> Collapsed:
-    """Read a unit's generations (in parallel threads), keep its key partition, and collapse them."""
+    """Read a unit's generations (in parallel threads), keep its key partition, and collapse them.
+
+    `projected`: `base_schema` is a projection of the table's schema (the key among its columns),
+    and only its columns are read. `where` (a Lance filter on key columns only, so that it keeps
+    or drops every version of a key alike) reads just the keys it matches.
+    """
+    columns = [*base_schema.names, TOMBSTONE] if projected else None
 
     def read(source: GenerationSource) -> pa.Table:
-        rows = read_generation(source, unit.plan.region, storage_options)
+        rows = read_generation(source, unit.plan.region, storage_options, columns=columns, where=where)
         if unit.partitions > 1:
             rows = rows.filter(pc.equal(key_partition(rows, primary_key, unit.partitions), unit.part))
         return rows
@@ -297,8 +314,13 @@ def collapse_local(
     primary_key: Sequence[str],
     base_schema: pa.Schema,
     storage_options: Mapping[str, str] | None,
+    *,
+    projected: bool = False,
+    where: str | None = None,
 ) -> tuple[pa.Table, pa.Table]:
-    """One region's generations collapsed in this process: (live rows, deleted keys)."""
+    """One region's generations collapsed in this process: (live rows, deleted keys); see `collapse_unit`."""
     plan = RegionMergePlan("", region, 0, 0, tuple(generations))
-    live, deleted, _figures = collapse_unit(CollapseUnit(plan), primary_key, base_schema, storage_options)
+    live, deleted, _figures = collapse_unit(
+        CollapseUnit(plan), primary_key, base_schema, storage_options, projected=projected, where=where
+    )
     return live, deleted
