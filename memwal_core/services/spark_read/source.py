@@ -1,0 +1,94 @@
+"""The `memwal` PySpark data source: a MemWAL-aware read of a Lance table, from a classic or a Connect session.
+
+Spark runs every method here in its own Python workers, never in the
+caller's process (on Spark Connect, the server's): `schema()` when the
+DataFrame is made, then, for each query, the reader's planning
+(`__init__`, `pushFilters`, `partitions()`) in one worker on the driver and
+`read()` in each task. The reader is pickled once `pushFilters` has run and
+before `partitions()` is called, so the snapshot is fixed in `__init__` and
+narrowed in `pushFilters`; `partitions()` only cuts it.
+
+Storage options (credentials among them) live in the reader, never in a
+partition: partitions are shown in Spark's logs and errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
+
+from memwal_core.model.table import MemWalTable
+from memwal_core.services.spark_read.key_filter import key_filter
+from memwal_core.services.spark_read.options import SourceOptions
+from memwal_core.services.spark_read.plan import ReadSlice, plan_source, pruned, slices
+from memwal_core.services.spark_read.rows import read_slice
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+SOURCE_NAME = "memwal"
+
+
+class MemWalDataSource(DataSource):
+    """`spark.read.format("memwal").options(**storage_options).load(uri)`: base table plus pending generations."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        """The table's columns (or the `columns` option's), as Spark types: a vector becomes an array."""
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from memwal_core.errors import BadInputError, SchemaError
+
+        options = SourceOptions.parse(self.options)
+        with MemWalTable.open(options.uri, options.storage) as table:
+            arrow = table.dataset(options.version).schema
+        names = options.columns or tuple(arrow.names)
+        missing = [n for n in names if n not in arrow.names]
+        if missing:
+            raise BadInputError(f"table {options.uri} has no column {missing[0]!r}")
+        chosen = pa.schema([arrow.field(n) for n in names])
+        try:
+            return from_arrow_schema(chosen, prefer_timestamp_ntz=True)
+        except (TypeError, ValueError) as exc:
+            raise SchemaError(f"table {options.uri} has a column Spark cannot read ({exc})") from None
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return MemWalReader(SourceOptions.parse(self.options), schema)
+
+
+class MemWalReader(DataSourceReader):
+    """One query's read: the snapshot fixed when Spark plans the query, narrowed by primary-key filters."""
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.storage = options.storage
+        self.output: pa.Schema = to_arrow_schema(schema, timezone="UTC")
+        self.plan = plan_source(options, schema.fieldNames())
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Prune with the filters on primary-key columns; hand every filter back, so Spark still applies them all.
+
+        Returning them costs Spark one cheap check of the rows read and keeps the
+        result Spark's own reading of each filter, whatever its type conversions.
+        """
+        found = key_filter(filters, {k: self.plan.schema.field(k).type for k in self.plan.primary_key})
+        if found is not None:
+            self.plan = pruned(self.plan, found, self.storage)
+        return filters
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [InputPartition(part) for part in slices(self.plan)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        part = partition.value
+        if not isinstance(part, ReadSlice):  # Spark's one empty partition when there is nothing to read
+            return iter(())
+        return read_slice(self.plan, part, self.storage, self.output)
