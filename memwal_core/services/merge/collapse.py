@@ -77,7 +77,8 @@ def read_generation(
     where: str | None = None,
 ) -> pa.Table:
     """The rows of one flushed generation (deletion vector applied): every column, or `columns`,
-    of every row, or of those matching the Lance filter `where`."""
+    of every row, or of those matching the Lance filter `where` (a filter on key columns keeps
+    or drops every version of a key alike)."""
     try:
         return open_dataset(source.uri, storage_options).to_table(
             columns=list(columns) if columns is not None else None, filter=where
@@ -151,20 +152,11 @@ def collapse_unit(
     primary_key: Sequence[str],
     base_schema: pa.Schema,
     storage_options: Mapping[str, str] | None,
-    *,
-    projected: bool = False,
-    where: str | None = None,
 ) -> Collapsed:
-    """Read a unit's generations (in parallel threads), keep its key partition, and collapse them.
-
-    `projected`: `base_schema` is a projection of the table's schema (the key among its columns),
-    and only its columns are read. `where` (a Lance filter on key columns only, so that it keeps
-    or drops every version of a key alike) reads just the keys it matches.
-    """
-    columns = [*base_schema.names, TOMBSTONE] if projected else None
+    """Read a unit's generations (in parallel threads), keep its key partition, and collapse them."""
 
     def read(source: GenerationSource) -> pa.Table:
-        rows = read_generation(source, unit.plan.region, storage_options, columns=columns, where=where)
+        rows = read_generation(source, unit.plan.region, storage_options)
         if unit.partitions > 1:
             rows = rows.filter(pc.equal(key_partition(rows, primary_key, unit.partitions), unit.part))
         return rows
@@ -314,13 +306,8 @@ def collapse_local(
     primary_key: Sequence[str],
     base_schema: pa.Schema,
     storage_options: Mapping[str, str] | None,
-    *,
-    projected: bool = False,
-    where: str | None = None,
 ) -> tuple[pa.Table, pa.Table]:
-    """One region's generations collapsed in this process: (live rows, deleted keys); see `collapse_unit`."""
+    """One region's generations collapsed in this process: (live rows, deleted keys)."""
     plan = RegionMergePlan("", region, 0, 0, tuple(generations))
-    live, deleted, _figures = collapse_unit(
-        CollapseUnit(plan), primary_key, base_schema, storage_options, projected=projected, where=where
-    )
+    live, deleted, _figures = collapse_unit(CollapseUnit(plan), primary_key, base_schema, storage_options)
     return live, deleted

@@ -17,6 +17,9 @@ from memwal_core.storage.options import StorageOptions
 USE_LSM = "use_lsm"
 VERSION = "version"
 COLUMNS = "columns"
+KEYS = "keys"
+MIN_KEY = "min_key"
+MAX_KEY = "max_key"
 ROWS_PER_PARTITION = "rows_per_partition"
 # A Spark partition reads about this many rows (base and pending together): a million rows of a
 # few columns is a few seconds of one core, and Lance writes fragments of that size by default.
@@ -27,7 +30,8 @@ _FALSE = ("false", "0", "no")
 
 @dataclass(frozen=True)
 class SourceOptions:
-    """One read's options. `version` None: the latest; `columns` None: every column of the table."""
+    """One read's options. `version` None: the latest; `columns` None: every column of the table;
+    `keys`, `min_key`, `max_key` (as given, read as the key's type when planning) None: every key."""
 
     uri: str
     storage: StorageOptions
@@ -35,6 +39,9 @@ class SourceOptions:
     version: int | None = None
     columns: tuple[str, ...] | None = None
     rows_per_partition: int = DEFAULT_ROWS_PER_PARTITION
+    keys: str | None = None
+    min_key: str | None = None
+    max_key: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -51,6 +58,7 @@ class SourceOptions:
         version = _whole(VERSION, values.pop(VERSION)) if VERSION in values else None
         columns = _columns(values.pop(COLUMNS)) if COLUMNS in values else None
         rows = values.pop(ROWS_PER_PARTITION, None)
+        keys, min_key, max_key = (values.pop(name, None) for name in (KEYS, MIN_KEY, MAX_KEY))
         return cls(
             uri,
             StorageOptions.checked(values),
@@ -58,6 +66,9 @@ class SourceOptions:
             version,
             columns,
             _whole(ROWS_PER_PARTITION, rows) if rows is not None else DEFAULT_ROWS_PER_PARTITION,
+            keys,
+            min_key,
+            max_key,
         )
 
 

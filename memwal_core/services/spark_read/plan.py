@@ -31,7 +31,7 @@ from memwal_core.format.naming import MEM_WAL_DIR
 from memwal_core.model.routing import RegionSpec, region_spec_of
 from memwal_core.model.table import MemWalTable, primary_key_of
 from memwal_core.services.reader import RegionRead, plan_read
-from memwal_core.services.spark_read.key_filter import KeyFilter
+from memwal_core.services.spark_read.key_selection import KeySelection, key_selection
 from memwal_core.services.spark_read.options import SourceOptions
 from memwal_core.storage.lance_datasets import generation_key_bounds, open_dataset
 from memwal_core.storage.object_store import absolute_uri
@@ -40,7 +40,8 @@ from memwal_core.storage.options import StorageOptions
 
 @dataclass(frozen=True)
 class FragmentRows:
-    """A base fragment and its physical rows (what balancing the slices counts)."""
+    """A base fragment and the rows it gives the read: its physical rows, or those a key filter matches
+    (what balancing the slices counts)."""
 
     fragment: int
     rows: int
@@ -70,7 +71,7 @@ class SourcePlan:
     regions: tuple[RegionRead, ...]
     spec: RegionSpec | None
     rows_per_partition: int
-    key_filter: KeyFilter | None = None
+    keys: KeySelection | None = None
 
     def region(self, region: str) -> RegionRead:
         return next(r for r in self.regions if r.region == region)
@@ -80,12 +81,13 @@ class SourcePlan:
 
     @property
     def where(self) -> str | None:
-        """The key filter as Lance's filter text, applied to base and generations alike."""
-        return self.key_filter.sql() if self.key_filter is not None else None
+        """The key selection as Lance's filter text, applied to base and generations alike."""
+        return self.keys.sql() if self.keys is not None else None
 
 
 def plan_source(options: SourceOptions, columns: Sequence[str]) -> SourcePlan:
-    """Fix the snapshot: the table version (latest, or the one asked for) and every region's pending generations."""
+    """Fix the snapshot: the table version (latest, or the one asked for) and every region's pending
+    generations; then, for a read of some keys only, leave out what cannot hold them."""
     with MemWalTable.open(options.uri, options.storage) as table:
         base = table.dataset(options.version)
         primary_key = primary_key_of(base.schema)
@@ -94,11 +96,18 @@ def plan_source(options: SourceOptions, columns: Sequence[str]) -> SourcePlan:
         missing = [c for c in columns if c not in base.schema.names]
         if missing:
             raise BadInputError(f"table {table.uri} has no column {missing[0]!r}")
+        selection = key_selection(
+            primary_key,
+            base.schema.field(primary_key[0]).type,
+            options.keys,
+            options.min_key,
+            options.max_key,
+        )
         read = [*primary_key, *(c for c in columns if c not in primary_key)]
         regions: tuple[RegionRead, ...] = ()
         if options.use_lsm:
             regions = tuple(r for r in plan_read(table, version=base.version).regions if r.generations)
-        return SourcePlan(
+        plan = SourcePlan(
             table_uri=absolute_uri(table.uri),
             table_version=base.version,
             primary_key=tuple(primary_key),
@@ -111,29 +120,27 @@ def plan_source(options: SourceOptions, columns: Sequence[str]) -> SourcePlan:
             spec=region_spec_of(base) if regions else None,
             rows_per_partition=options.rows_per_partition,
         )
+    return plan if selection is None else pruned(plan, selection, options.storage)
 
 
-def pruned(plan: SourcePlan, key_filter: KeyFilter, storage: StorageOptions) -> SourcePlan:
-    """The plan narrowed to what `key_filter` can match: regions by routing, generations and fragments by keys."""
-    if key_filter.empty:
-        return replace(plan, fragments=(), regions=(), key_filter=key_filter)
-    narrowed = replace(plan, key_filter=key_filter)
+def pruned(plan: SourcePlan, selection: KeySelection, storage: StorageOptions) -> SourcePlan:
+    """The plan narrowed to the selected keys: regions by routing, generations and fragments by their keys."""
+    if selection.empty:
+        return replace(plan, fragments=(), regions=(), keys=selection)
+    narrowed = replace(plan, keys=selection)
     regions = _generations_meeting(narrowed, _routed(narrowed), storage)
     return replace(narrowed, regions=regions, fragments=_fragments_matching(narrowed, storage))
 
 
 def _routed(plan: SourcePlan) -> tuple[RegionRead, ...]:
-    """The regions the filter's key values route to (and every region routing cannot rule out).
+    """The regions the selected keys route to (and every region routing cannot rule out).
 
-    Only a region spec on a primary-key column routes: a key never moves between regions then.
+    Only a region spec on the key column routes: a key never moves between regions then.
     """
-    spec, key_filter = plan.spec, plan.key_filter
-    if spec is None or spec.column is None or key_filter is None:
+    spec, selection = plan.spec, plan.keys
+    if spec is None or selection is None or selection.values is None or spec.column != selection.column:
         return plan.regions
-    key_range = key_filter.range_of(spec.column)
-    if key_range is None or key_range.values is None:
-        return plan.regions
-    values = pa.table({spec.column: pa.array(key_range.values, plan.schema.field(spec.column).type)})
+    values = pa.table({spec.column: pa.array(selection.values, plan.schema.field(spec.column).type)})
     codes, keys = spec.route(values)
     wanted = {keys[code] for code in codes}
     return tuple(
@@ -144,14 +151,13 @@ def _routed(plan: SourcePlan) -> tuple[RegionRead, ...]:
 def _generations_meeting(
     plan: SourcePlan, regions: tuple[RegionRead, ...], storage: StorageOptions
 ) -> tuple[RegionRead, ...]:
-    """`regions` without the generations whose key range the filter misses (one-column keys only).
+    """`regions` without the generations whose key range holds no selected key.
 
     A generation's smallest and largest key come from Lance's key-index sidecar; a generation
     whose sidecar cannot be read is kept.
     """
-    key_range = plan.key_filter.range_of(plan.primary_key[0]) if plan.key_filter is not None else None
-    if len(plan.primary_key) != 1 or key_range is None:
-        return regions
+    selection = plan.keys
+    assert selection is not None, "only a read of some keys skips generations"
     uris = [plan.generation_uri(r.region, path) for r in regions for _g, path in r.generations]
     lance_options = storage.as_dict()
     with ThreadPoolExecutor(max(1, min(len(uris), storage.max_concurrent_requests()))) as pool:
@@ -161,7 +167,7 @@ def _generations_meeting(
 
     def admitted(region: str, path: str) -> bool:
         found = bounds[plan.generation_uri(region, path)]
-        return found is None or key_range.meets(*found)
+        return found is None or selection.meets(*found)
 
     kept = []
     for r in regions:
@@ -172,15 +178,19 @@ def _generations_meeting(
 
 
 def _fragments_matching(plan: SourcePlan, storage: StorageOptions) -> tuple[FragmentRows, ...]:
-    """The base fragments holding a row the filter matches, as Lance's filtered scan finds them.
+    """The base fragments holding a selected key, with how many rows they hold, as Lance's filtered
+    scan finds them.
 
     Lance answers from a scalar index on the key when there is one (the index alone is read);
     otherwise it reads the key column of the base once, here, instead of every column in every task.
     """
     base = open_dataset(plan.table_uri, storage.as_dict(), version=plan.table_version)
     addresses = base.scanner(columns=[], with_row_address=True, filter=plan.where).to_table()
-    held = set(pc.unique(pc.shift_right(addresses.column("_rowaddr"), 32)).to_pylist())
-    return tuple(f for f in plan.fragments if f.fragment in held)
+    counts = pc.value_counts(pc.shift_right(addresses.column("_rowaddr"), 32)).to_pylist()
+    matched = {int(c["values"]): int(c["counts"]) for c in counts}
+    return tuple(
+        FragmentRows(f.fragment, matched[f.fragment]) for f in plan.fragments if f.fragment in matched
+    )
 
 
 def slices(plan: SourcePlan) -> list[ReadSlice]:

@@ -3,14 +3,18 @@
 A slice's base fragments are scanned at the plan's version, without the rows
 of keys that any pending generation holds (those keys' newest version, or
 their delete, is a region's to return). A slice's regions are each collapsed
-to the newest row per key, deletes dropped, exactly as a merge would write
-them. The executor imports Lance here, inside the task.
+to the newest row per key, deletes dropped, by the merge's own collapse. The
+executor imports Lance here, inside the task.
+
+Generations are read on one thread pool per process: a Python worker runs
+many tasks, and starting threads for every region of every task cost more
+than the reads on local disk.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -19,7 +23,8 @@ import pyarrow as pa
 
 from memwal_core.errors import CorruptMetadataError
 from memwal_core.services.merge.collapse import (
-    collapse_local,
+    TOMBSTONE,
+    collapse_tables,
     plain_keys,
     read_generation,
     shared_key,
@@ -56,6 +61,35 @@ class PendingKeys:
         return found
 
 
+@functools.cache
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """The process's reading threads (made on first use, so a forked worker makes its own)."""
+    return ThreadPoolExecutor(threads, thread_name_prefix="memwal-read")
+
+
+def _read(
+    plan: SourcePlan, regions: Sequence[str], storage: StorageOptions, columns: Sequence[str]
+) -> dict[str, list[pa.Table]]:
+    """`columns` of the rows of every pending generation of `regions` that match the plan's key filter,
+    per region in ascending generation order; generations are read in parallel."""
+    sources = [
+        (region, GenerationSource(g, plan.generation_uri(region, path)))
+        for region in regions
+        for g, path in plan.region(region).generations
+    ]
+    options = storage.as_dict()
+
+    def read(source: tuple[str, GenerationSource]) -> pa.Table:
+        return read_generation(source[1], source[0], options, columns=columns, where=plan.where)
+
+    by_region: dict[str, list[pa.Table]] = {region: [] for region in regions}
+    for (region, _source), table in zip(
+        sources, _pool(storage.max_concurrent_requests()).map(read, sources), strict=True
+    ):
+        by_region[region].append(table)
+    return by_region
+
+
 @functools.lru_cache(maxsize=1)
 def pending_keys(plan: SourcePlan, storage: StorageOptions) -> PendingKeys:
     """The keys of every pending generation of the plan (matching its key filter), read once per process.
@@ -66,40 +100,30 @@ def pending_keys(plan: SourcePlan, storage: StorageOptions) -> PendingKeys:
     """
     import pandas as pd
 
-    sources = [
-        (r.region, GenerationSource(g, plan.generation_uri(r.region, path)))
-        for r in plan.regions
-        for g, path in r.generations
-    ]
-    options = storage.as_dict()
-
-    def keys_of(source: tuple[str, GenerationSource]) -> pa.Table:
-        region, generation = source
-        return read_generation(generation, region, options, columns=plan.primary_key, where=plan.where)
-
-    with ThreadPoolExecutor(max(1, min(len(sources), storage.max_concurrent_requests()))) as pool:
-        tables = list(pool.map(keys_of, sources))
-    by_region: dict[str, list[pa.Table]] = {}
-    for (region, _generation), table in zip(sources, tables, strict=True):
-        by_region.setdefault(region, []).append(plain_keys(table, plan.primary_key))
-    distinct = [
-        with_region(pa.concat_tables(parts).group_by(list(plan.primary_key)).aggregate([]), region)
-        for region, parts in by_region.items()
-    ]
-    keys = pa.concat_tables(distinct) if distinct else pa.table({})
-    shared = shared_key(keys, plan.primary_key)
-    if shared is not None:
-        key, regions = shared
-        raise CorruptMetadataError(
-            f"regions {', '.join(regions)} all hold primary key {key[0] if len(key) == 1 else key!r} in pending "
-            "generations; regions must never share keys, so which row is newest is not defined (read refused)"
-        )
-    columns = [keys.column(k).to_numpy() for k in plan.primary_key] if keys.num_rows else []
-    if len(plan.primary_key) == 1:
-        index: pd.Index = pd.Index(columns[0] if columns else [])
-    else:
-        index = pd.MultiIndex.from_arrays(columns or [[] for _ in plan.primary_key])
+    read = _read(plan, [r.region for r in plan.regions], storage, plan.primary_key)
+    distinct = {
+        region: pa.concat_tables(plain_keys(t, plan.primary_key) for t in tables)
+        .group_by(list(plan.primary_key))
+        .aggregate([])
+        for region, tables in read.items()
+    }
+    keys = pa.concat_tables(distinct.values())
+    columns = [keys.column(k).to_numpy() for k in plan.primary_key]
+    index = pd.Index(columns[0]) if len(columns) == 1 else pd.MultiIndex.from_arrays(columns)
+    if not index.is_unique:  # each region's keys are distinct, so a key repeats across regions
+        raise _shared_key_error(distinct, plan.primary_key)
     return PendingKeys(plan.primary_key, index)
+
+
+def _shared_key_error(distinct: dict[str, pa.Table], primary_key: tuple[str, ...]) -> CorruptMetadataError:
+    shared = shared_key(pa.concat_tables(with_region(t, r) for r, t in distinct.items()), primary_key)
+    assert shared is not None, "a key repeats across regions"
+    key, regions = shared
+    shown = key[0] if len(key) == 1 else key
+    return CorruptMetadataError(
+        f"regions {', '.join(regions)} all hold primary key {shown!r} in pending generations; regions must "
+        "never share keys, so which row is newest is not defined (read refused)"
+    )
 
 
 def read_slice(
@@ -108,10 +132,12 @@ def read_slice(
     """The rows of one slice, as batches of `output` (the Arrow form of Spark's schema for the read)."""
     if part.fragments:
         yield from _base_rows(plan, part, storage, output)
-    for region in part.regions:
-        live = _newest_rows(plan, region, storage)
-        for batch in live.to_batches(max_chunksize=BATCH_ROWS):
-            yield _as_output(batch, output)
+    if part.regions:
+        read = _read(plan, part.regions, storage, [*plan.schema.names, TOMBSTONE])
+        for region, tables in read.items():
+            live, _deleted = collapse_tables(tables, plan.primary_key, plan.schema, what=f"region {region}")
+            for batch in live.to_batches(max_chunksize=BATCH_ROWS):
+                yield _as_output(batch, output)
 
 
 def _base_rows(
@@ -139,17 +165,6 @@ def _fragment(base: lance.LanceDataset, plan: SourcePlan, fragment: int) -> lanc
             f"table {plan.table_uri} version {plan.table_version} lost fragment {fragment}"
         )
     return found
-
-
-def _newest_rows(plan: SourcePlan, region: str, storage: StorageOptions) -> pa.Table:
-    """A region's pending generations collapsed: the newest row of every key not deleted."""
-    sources = [
-        GenerationSource(g, plan.generation_uri(region, path)) for g, path in plan.region(region).generations
-    ]
-    live, _deleted = collapse_local(
-        sources, region, plan.primary_key, plan.schema, storage.as_dict(), projected=True, where=plan.where
-    )
-    return live
 
 
 def _as_output(batch: pa.RecordBatch, output: pa.Schema) -> pa.RecordBatch:

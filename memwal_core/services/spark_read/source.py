@@ -4,9 +4,14 @@ Spark runs every method here in its own Python workers, never in the
 caller's process (on Spark Connect, the server's): `schema()` when the
 DataFrame is made, then, for each query, the reader's planning
 (`__init__`, `pushFilters`, `partitions()`) in one worker on the driver and
-`read()` in each task. The reader is pickled once `pushFilters` has run and
-before `partitions()` is called, so the snapshot is fixed in `__init__` and
-narrowed in `pushFilters`; `partitions()` only cuts it.
+`read()` in each task. The reader is pickled before `partitions()` is
+called, so the snapshot is fixed in `__init__`; `partitions()` only cuts it.
+
+Spark keeps what that planning returns on the DataFrame (the relation of one
+`load()`) and reuses it for every later query of it, so a DataFrame reads one
+snapshot, fixed by its first query. The reader therefore takes no filters
+from Spark: Spark 4.3 would reuse a plan narrowed to one query's filters for
+the DataFrame's next query without filters (docs/spark-read.md#filters).
 
 Storage options (credentials among them) live in the reader, never in a
 partition: partitions are shown in Spark's logs and errors.
@@ -14,15 +19,14 @@ partition: partitions are shown in Spark's logs and errors.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from memwal_core.model.table import MemWalTable
-from memwal_core.services.spark_read.key_filter import key_filter
 from memwal_core.services.spark_read.options import SourceOptions
-from memwal_core.services.spark_read.plan import ReadSlice, plan_source, pruned, slices
+from memwal_core.services.spark_read.plan import ReadSlice, plan_source, slices
 from memwal_core.services.spark_read.rows import read_slice
 
 if TYPE_CHECKING:
@@ -64,7 +68,7 @@ class MemWalDataSource(DataSource):
 
 
 class MemWalReader(DataSourceReader):
-    """One query's read: the snapshot fixed when Spark plans the query, narrowed by primary-key filters."""
+    """A DataFrame's read: the snapshot fixed when Spark plans its first query, its keys chosen by options."""
 
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -72,17 +76,6 @@ class MemWalReader(DataSourceReader):
         self.storage = options.storage
         self.output: pa.Schema = to_arrow_schema(schema, timezone="UTC")
         self.plan = plan_source(options, schema.fieldNames())
-
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        """Prune with the filters on primary-key columns; hand every filter back, so Spark still applies them all.
-
-        Returning them costs Spark one cheap check of the rows read and keeps the
-        result Spark's own reading of each filter, whatever its type conversions.
-        """
-        found = key_filter(filters, {k: self.plan.schema.field(k).type for k in self.plan.primary_key})
-        if found is not None:
-            self.plan = pruned(self.plan, found, self.storage)
-        return filters
 
     def partitions(self) -> Sequence[InputPartition]:
         return [InputPartition(part) for part in slices(self.plan)]
