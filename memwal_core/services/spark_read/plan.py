@@ -19,6 +19,7 @@ The plan holds no rows and no credentials: ids, paths and row counts.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -197,7 +198,9 @@ def slices(plan: SourcePlan) -> list[ReadSlice]:
     """The plan cut into Spark partitions of about `rows_per_partition` rows each.
 
     Fragments are grouped in order; regions (each whole) then go to the lightest slice, largest
-    first, and add slices only when the pending rows outweigh what the base slices hold.
+    first. Pending rows join the base slices until a slice would hold `SLACK` times the target:
+    one more slice for a few pending rows would make a whole extra round of tasks on a small
+    cluster (on two cores, 4 base slices and 1 of pending rows run in 3 rounds, not 2).
     """
     groups: list[list[FragmentRows]] = []
     for fragment in plan.fragments:
@@ -206,7 +209,7 @@ def slices(plan: SourcePlan) -> list[ReadSlice]:
         groups[-1].append(fragment)
     sizes = {r.region: _pending_rows(r) for r in plan.regions}
     total = sum(f.rows for f in plan.fragments) + sum(sizes.values())
-    count = max(len(groups), -(-total // plan.rows_per_partition), 1 if plan.regions else 0)
+    count = max(len(groups), math.ceil(total / (SLACK * plan.rows_per_partition)), 1 if plan.regions else 0)
     groups += [[] for _ in range(count - len(groups))]
     loads = [sum(f.rows for f in group) for group in groups]
     assigned: list[list[str]] = [[] for _ in groups]
@@ -221,6 +224,8 @@ def slices(plan: SourcePlan) -> list[ReadSlice]:
     ]
 
 
+# How far past `rows_per_partition` pending rows may fill a slice before slices of their own are added.
+SLACK = 1.5
 # Rows counted for a generation whose manifest entry records none (Lance 14 records them).
 UNKNOWN_GENERATION_ROWS = 10_000
 

@@ -51,14 +51,14 @@ class PendingKeys:
     primary_key: tuple[str, ...]
     index: pd.Index
 
-    def current(self, batch: pa.RecordBatch) -> np.ndarray:
-        """Which rows of a base batch no pending generation overrides."""
+    def current(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The rows of a base batch that no pending generation overrides."""
         import pandas as pd
 
         columns = [batch.column(k).to_numpy(zero_copy_only=False) for k in self.primary_key]
-        probe = pd.Index(columns[0]) if len(columns) == 1 else pd.MultiIndex.from_arrays(columns)
-        found: np.ndarray = self.index.get_indexer(probe) < 0
-        return found
+        probe = columns[0] if len(columns) == 1 else pd.MultiIndex.from_arrays(columns)
+        kept: np.ndarray = self.index.get_indexer(probe) < 0
+        return batch if kept.all() else batch.filter(pa.array(kept))
 
 
 @functools.cache
@@ -153,7 +153,7 @@ def _base_rows(
     )
     for batch in scanner.to_batches():
         if stale is not None:
-            batch = batch.filter(pa.array(stale.current(batch)))
+            batch = stale.current(batch)
         if batch.num_rows:
             yield _as_output(batch, output)
 

@@ -46,9 +46,15 @@ def test_regions_go_whole_to_the_lightest_slice_largest_first() -> None:
 
 def test_pending_rows_beyond_the_base_slices_get_slices_of_their_own() -> None:
     cut = slices(plan([100], [region(r, 100) for r in "abc"]))
-    assert len(cut) == 4
+    assert len(cut) == 3, "400 rows in slices of at most 150"
     assert sorted(r for s in cut for r in s.regions) == ["a", "b", "c"]
-    assert [s.fragments for s in cut] == [(0,), (), (), ()]
+    assert [s.fragments for s in cut] == [(0,), (), ()]
+
+
+def test_a_few_pending_rows_join_the_base_slices_instead_of_adding_a_round_of_tasks() -> None:
+    cut = slices(plan([100, 100, 100, 90], [region(r, 15) for r in "abcd"]))
+    assert [s.fragments for s in cut] == [(0,), (1,), (2,), (3,)]
+    assert sorted(len(s.regions) for s in cut) == [1, 1, 1, 1]
 
 
 def test_a_region_without_recorded_rows_counts_an_estimate_per_generation() -> None:
