@@ -1,44 +1,50 @@
-"""Lance filter text (its SQL dialect) for primary-key values: what a read hands Lance to select keys.
+"""Lance filter text (DataFusion's SQL dialect) for key values: how memwal hands Lance a set of keys.
 
-Keys are of the types Lance hashes (integers, booleans, strings, binary), so
-these are the only literals written here; anything else is refused rather than
-guessed at.
+One writer of these texts for every reader of keys: a merge's delete predicate,
+the consistency check's lookups and the Spark source's key selection.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 from collections.abc import Iterable
-from typing import Any
 
 from memwal_core.errors import SchemaError
 
 
-def column(name: str) -> str:
-    """A column name as Lance's SQL filter reads it, spaces and capitals included."""
-    return "`" + name.replace("`", "``") + "`"
+def quoted(column: str) -> str:
+    """A column name as Lance's filter reads it, spaces, capitals and backticks included."""
+    return "`" + column.replace("`", "``") + "`"
 
 
-def literal(value: Any) -> str:
-    """A key value as a literal of Lance's filter dialect."""
+def literal(value: object, column: str) -> str:
+    """A literal Lance's (DataFusion's) parser reads back as `value`, a value of `column`."""
     if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, int):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int | decimal.Decimal):
         return str(value)
+    if isinstance(value, float):
+        return repr(value)
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
     if isinstance(value, bytes):
         return f"X'{value.hex()}'"
+    if isinstance(value, dt.datetime | dt.date):
+        return f"'{value.isoformat()}'"
     raise SchemaError(
-        f"a primary key value of type {type(value).__name__} cannot be written as a Lance filter"
+        f"primary key column {column!r} has values of type {type(value).__name__}, not supported"
     )
 
 
-def equals(name: str, value: Any) -> str:
-    """`name` equals `value` (IS NULL for None)."""
-    return f"{column(name)} IS NULL" if value is None else f"{column(name)} = {literal(value)}"
+def equals(column: str, value: object) -> str:
+    """`column` equals `value` (IS NULL for None)."""
+    return f"{quoted(column)} IS NULL" if value is None else f"{quoted(column)} = {literal(value, column)}"
 
 
-def one_of(name: str, values: Iterable[Any]) -> str:
-    """`name` is one of `values` (never matches when there are none)."""
-    listed = [literal(v) for v in values]
-    return f"{column(name)} IN ({', '.join(listed)})" if listed else "false"
+def one_of(column: str, values: Iterable[object]) -> str:
+    """`column` is one of `values`, each listed once in order (never true when there are none)."""
+    listed = sorted(set(values))  # type: ignore[type-var]
+    if not listed:
+        return "FALSE"
+    return f"{quoted(column)} IN ({', '.join(literal(v, column) for v in listed)})"

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from memwal_core.errors import BadInputError
-from memwal_core.model.lance_filter import column, literal, one_of
+from memwal_core.model.lance_filter import literal, one_of, quoted
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,9 @@ class KeySelection:
             return one_of(self.column, self.values)
         bounds = []
         if self.lowest is not None:
-            bounds.append(f"{column(self.column)} >= {literal(self.lowest)}")
+            bounds.append(f"{quoted(self.column)} >= {literal(self.lowest, self.column)}")
         if self.highest is not None:
-            bounds.append(f"{column(self.column)} <= {literal(self.highest)}")
+            bounds.append(f"{quoted(self.column)} <= {literal(self.highest, self.column)}")
         return " AND ".join(bounds)
 
 
