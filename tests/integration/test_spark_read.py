@@ -198,6 +198,10 @@ def test_a_vector_column_and_a_composite_key(session: Any, tmp_path: Path) -> No
     assert projected == {
         k: {n: v[n] for n in ("tenant", "id", "vec")} for k, v in expected.items() if k[0] == "b"
     }
+    schemed = session.read.format("memwal").schema("tenant STRING, id BIGINT, label STRING").load(table.uri)
+    assert keyed(schemed.toArrow().to_pylist(), key) == {
+        k: {n: v[n] for n in ("tenant", "id", "label")} for k, v in expected.items()
+    }
 
 
 def bucketed_table(uri: str, *, fragments: int, rows_per_fragment: int, buckets: int) -> None:
