@@ -4,8 +4,9 @@ The snapshot is the base table at one version and, per region, the pending
 generations `plan_read` lists at that version (merged ones excluded by that
 version's merge progress). Everything after planning reads exactly these
 files, so a merge, a GC prune or a flush committed during the read changes
-nothing it returns. (A generation directory deleted during the read is an
-error, as for Lance's own readers: GC's grace period is what protects reads.)
+nothing it returns. (GC never deletes a generation that a retained table
+version needs, and the read's version stays retained until `retain` removes
+it; a directory deleted under a read anyway fails it, as it fails Lance's.)
 
 Partitions ("slices") each read some base fragments and some regions. Base
 rows of a key that a pending generation holds, written or deleted, must not
@@ -41,7 +42,7 @@ from memwal_core.storage.options import StorageOptions
 
 @dataclass(frozen=True)
 class FragmentRows:
-    """A base fragment and the rows it gives the read: its physical rows, or those a key filter matches
+    """A base fragment and the rows it gives the read: its physical rows, or those of the selected keys
     (what balancing the slices counts)."""
 
     fragment: int
