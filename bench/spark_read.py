@@ -90,21 +90,20 @@ def load() -> str:
     return f"load {one:.2f} {five:.2f} {fifteen:.2f}"
 
 
-def timed(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """Median seconds of each run; the runs alternate (a, b, a, b, ...) so that a load that comes and goes
-    on a shared machine weighs on each alike."""
+def timed(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
+    """Seconds of each run, `repeats` times; the runs alternate (a, b, a, b, ...) so that a load that comes
+    and goes on a shared machine weighs on each alike. Prints each run's median."""
     seconds: dict[str, list[float]] = {label: [] for label in runs}
     for _ in range(repeats):
         for label, run in runs.items():
             started = time.perf_counter()
             run()
             seconds[label].append(time.perf_counter() - started)
-    medians = {label: statistics.median(s) for label, s in seconds.items()}
-    for label, median in medians.items():
-        each = ", ".join(f"{s:.2f}" for s in seconds[label])
-        print(f"  {label:<12} {median:7.2f} s   (median of {each})", flush=True)
+    for label, each in seconds.items():
+        listed = ", ".join(f"{s:.2f}" for s in each)
+        print(f"  {label:<12} {statistics.median(each):7.2f} s   (median of {listed})", flush=True)
     print(f"  ({load()})", flush=True)
-    return medians
+    return seconds
 
 
 def opened(plan: SourcePlan) -> str:
@@ -116,7 +115,7 @@ def opened(plan: SourcePlan) -> str:
     )
 
 
-def run(session: Any, label: str, uri: str, repeats: int, lookup_key: int) -> dict[str, float]:
+def run(session: Any, label: str, uri: str, repeats: int, lookup_key: int) -> dict[str, list[float]]:
     """The source's timings in `session`: base only, base + pending generations, one key."""
     register_spark_source(session)
     base_only = session.read.format("memwal").option("use_lsm", "false").load(uri)
@@ -141,7 +140,7 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=4)
     parser.add_argument("--rows-per-generation", type=int, default=5_000)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--scanner-repeats", type=int, default=1, help="LsmScanner is slow: once by default")
+    parser.add_argument("--scanner-repeats", type=int, default=1, help="LsmScanner is slow (minutes): once")
     parser.add_argument("--connect", action="store_true", help="also read through a Spark Connect server")
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     args = parser.parse_args()
@@ -161,18 +160,20 @@ def main() -> None:
                 flush=True,
             )
             print("in this process:")
-            lance_seconds = timed({"lance-base": lambda: lance.dataset(uri).to_table()}, args.repeats)[
-                "lance-base"
-            ]
+            lance_seconds = statistics.median(
+                timed({"lance-base": lambda: lance.dataset(uri).to_table()}, args.repeats)["lance-base"]
+            )
             rows: list[int] = []
-            scanner_seconds = timed(
-                {
-                    "lsm-scanner": lambda: rows.append(
-                        lsm_scanner(table, plan_read(table)).to_table().num_rows
-                    )
-                },
-                args.scanner_repeats,
-            )["lsm-scanner"]
+            scanner_seconds = statistics.median(
+                timed(
+                    {
+                        "lsm-scanner": lambda: rows.append(
+                            lsm_scanner(table, plan_read(table)).to_table().num_rows
+                        )
+                    },
+                    args.scanner_repeats,
+                )["lsm-scanner"]
+            )
 
         lookup_key = args.base_rows // 2 + 1
         full = MemWalReader(SourceOptions.parse({"path": uri}), spark_schema())
@@ -193,13 +194,18 @@ def main() -> None:
             figures = run(session, f"{label} session", uri, args.repeats, lookup_key)
             count = session.read.format("memwal").load(uri).count()
             assert count == rows[-1], f"the source read {count} rows, LsmScanner {rows[-1]}"
-            lsm_seconds = figures["source-lsm"]
+            base, lsm, lookup = (
+                statistics.median(figures[k]) for k in ("source-base", "source-lsm", "lookup")
+            )
+            paired = statistics.median(
+                b / a for a, b in zip(figures["source-base"], figures["source-lsm"], strict=True)
+            )
             print(
                 f"  rows: source {count:,} = LsmScanner {rows[-1]:,}\n"
-                f"  source-lsm / source-base {lsm_seconds / figures['source-base']:.2f} (aim <= 1.3)   "
-                f"source-lsm / lance-base {lsm_seconds / lance_seconds:.1f}   "
-                f"source-lsm / lsm-scanner {lsm_seconds / scanner_seconds:.3f}   "
-                f"lookup / source-lsm {figures['lookup'] / lsm_seconds:.2f}   {load()}",
+                f"  source-lsm / source-base {lsm / base:.2f} (aim <= 1.3; run by run, median {paired:.2f})   "
+                f"source-lsm / lance-base {lsm / lance_seconds:.1f}   "
+                f"source-lsm / lsm-scanner {lsm / scanner_seconds:.4f}   "
+                f"lookup / source-lsm {lookup / lsm:.2f}   {load()}\n",
                 flush=True,
             )
 
