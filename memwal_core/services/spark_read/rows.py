@@ -48,8 +48,8 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 def _read(
     plan: SourcePlan, regions: Sequence[str], storage: StorageOptions, columns: Sequence[str]
 ) -> dict[str, list[pa.Table]]:
-    """`columns` of the rows of every pending generation of `regions` that match the plan's key filter,
-    per region in ascending generation order; generations are read in parallel."""
+    """`columns` of the rows of every pending generation of `regions` that hold a selected key (all
+    rows without a selection), per region in ascending generation order; read in parallel."""
     sources = [
         (region, GenerationSource(g, plan.generation_uri(region, path)))
         for region in regions

@@ -2,10 +2,10 @@
 
 Spark runs every method here in its own Python workers, never in the
 caller's process (on Spark Connect, the server's): `schema()` when the
-DataFrame is made, then, for each query, the reader's planning
-(`__init__`, `pushFilters`, `partitions()`) in one worker on the driver and
-`read()` in each task. The reader is pickled before `partitions()` is
-called, so the snapshot is fixed in `__init__`; `partitions()` only cuts it.
+DataFrame is made, then the reader's planning (`__init__`, `partitions()`)
+in one worker on the driver and `read()` in each task. The reader is pickled
+before `partitions()` is called, so the snapshot is fixed in `__init__`;
+`partitions()` only cuts it.
 
 Spark keeps what that planning returns on the DataFrame (the relation of one
 `load()`) and reuses it for every later query of it, so a DataFrame reads one
