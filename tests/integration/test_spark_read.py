@@ -335,6 +335,10 @@ def test_a_planned_read_returns_its_snapshot_after_merge_gc_and_flush_commit(tmp
     with MemWalTable.open(uri) as table:
         assert merge(table).failures == [] and status(table).pending_total == 0
         gc(table, dry_run=False, policy=GcPolicy(grace_seconds=0))
+        planned = [
+            Path(plan.generation_uri(r.region, path)) for r in plan.regions for _g, path in r.generations
+        ]
+        assert planned and all(d.is_dir() for d in planned), "GC keeps what the planned version still needs"
         with MemWalWriter(uri) as writer:  # a flush after the plan: not in it
             writer.put({"id": [0, 1_000_000_007], "name": ["changed", "added"], "score": [0.0, 0.0]})
             writer.delete([2])
