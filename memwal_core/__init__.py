@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from memwal_core.services.reader import lsm_scanner, plan_read, point_lookup
     from memwal_core.services.retain import retain
     from memwal_core.services.snapshot.service import build_snapshot
+    from memwal_core.services.spark_read import register_spark_source
     from memwal_core.services.status import status
     from memwal_core.services.writer import MemWalWriter, WriterOptions
     from memwal_core.storage.options import StorageOptions
@@ -71,6 +72,7 @@ _EXPORTS = {
     "GcPolicy": "memwal_core.services.gc.rules",
     "ingest": "memwal_core.services.ingest.service",
     "plan_read": "memwal_core.services.reader",
+    "register_spark_source": "memwal_core.services.spark_read",
     "lsm_scanner": "memwal_core.services.reader",
     "point_lookup": "memwal_core.services.reader",
     "MemwalError": "memwal_core.errors",
@@ -109,6 +111,7 @@ __all__ = [
     "merge",
     "plan_read",
     "point_lookup",
+    "register_spark_source",
     "retain",
     "status",
 ]

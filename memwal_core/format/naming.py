@@ -26,6 +26,9 @@ TABLE_VERSIONS_DIR = "_versions"
 INDICES_DIR = "_indices"
 # A region snapshot too large for the index details, in `_indices/{index uuid}/`.
 REGION_SNAPSHOT_FILE = "index.lance"
+# A flushed generation's primary-key index sidecar (not in its dataset manifest): the smallest
+# and largest key of each of its pages.
+GENERATION_KEY_PAGES = "_pk_index/page_lookup.lance"
 # memwal's own: rows Spark tasks hand over (removed by their reader, else by GC), and leases.
 STAGING_DIR = "_memwal_staging"
 LEASE_DIR = "_memwal_leases"

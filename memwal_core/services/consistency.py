@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from memwal_core.errors import CorruptMetadataError, MemwalError, first_line
+from memwal_core.errors import MemwalError, first_line
+from memwal_core.model.lance_filter import equals
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.merge.collapse import collapse_local
 from memwal_core.services.merge.plan import GenerationSource
@@ -156,28 +157,7 @@ def _lookup(
         return {}
     primary_key = list(table.primary_key)
     condition = " OR ".join(
-        "(" + " AND ".join(_condition(_column(k), v) for k, v in zip(primary_key, key, strict=True)) + ")"
-        for key in keys
+        "(" + " AND ".join(equals(k, v) for k, v in zip(primary_key, key, strict=True)) + ")" for key in keys
     )
     rows = build_scanner(table, plan).project(names).filter(condition).to_table().to_pylist()
     return {tuple(row[k] for k in primary_key): {name: row[name] for name in names} for row in rows}
-
-
-def _column(name: str) -> str:
-    """A column name as Lance's SQL filter reads it, spaces and capitals included."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _condition(column: str, value: Any) -> str:
-    """`column` equals `value`, for the key types Lance hashes: integers, booleans, strings, binary."""
-    if value is None:
-        return f"{column} IS NULL"
-    if isinstance(value, bool):
-        return f"{column} = {str(value).lower()}"
-    if isinstance(value, int):
-        return f"{column} = {value}"
-    if isinstance(value, str):
-        return f"{column} = '" + value.replace("'", "''") + "'"
-    if isinstance(value, bytes):
-        return f"{column} = X'{value.hex()}'"
-    raise CorruptMetadataError(f"primary key value of type {type(value).__name__} cannot be looked up")

@@ -28,13 +28,20 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RegionRead:
-    """One region's part of a read: the generations to read on top of the base table."""
+    """One region's part of a read: the generations to read on top of the base table.
+
+    `field_values` is the region value its manifest records (how keys are routed to it) and
+    `pending_rows` the rows its generations hold as recorded; a read from the stored snapshot
+    knows neither (empty, None).
+    """
 
     region: str
     spec_id: int
     current_generation: int
     base_holds_through: int
     generations: tuple[tuple[int, str], ...]
+    field_values: tuple[tuple[str, bytes], ...] = ()
+    pending_rows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -49,9 +56,15 @@ class ReadPlan:
 
 
 @checked
-def plan_read(table: MemWalTable, *, index: str | None = None, from_snapshot: bool = False) -> ReadPlan:
-    """Which generations of which regions a read must add to the base table at its latest version."""
-    details = table.index_details(table.dataset().version)
+def plan_read(
+    table: MemWalTable, *, index: str | None = None, from_snapshot: bool = False, version: int | None = None
+) -> ReadPlan:
+    """Which generations of which regions a read must add to the base table at its latest version (or `version`).
+
+    At an older version, merge progress is that version's: what was merged since is read from
+    the generations, which GC keeps while the version is retained.
+    """
+    details = table.index_details(table.dataset().version if version is None else version)
     if not table.primary_key:
         raise CorruptMetadataError(f"table {table.uri} has no primary key; MemWAL-aware reads need one")
     if index is not None and index not in read_maintained(table, details).names:
@@ -62,23 +75,30 @@ def plan_read(table: MemWalTable, *, index: str | None = None, from_snapshot: bo
         merged = details.merged_generation(region)
         return merged if caught_up is None else min(merged, caught_up.get(region, 0))
 
-    if from_snapshot:
-        states = [
-            (r.region, r.spec_id, r.current_generation, r.generations)
-            for r in read_stored_snapshot(table, details).rows
-        ]
-    else:
-        states = [
-            (m.region, m.spec_id, m.current_generation, tuple((g.generation, g.path) for g in m.generations))
-            for _region, m in sorted(read_hinted(table, details).items())
-            if m is not None
-        ]
     regions = []
-    for region, spec_id, current, generations in states:
-        bound = holds_through(region)
-        regions.append(
-            RegionRead(region, spec_id, current, bound, tuple((g, p) for g, p in generations if g > bound))
-        )
+    if from_snapshot:
+        for r in read_stored_snapshot(table, details).rows:
+            bound = holds_through(r.region)
+            pending_generations = tuple((g, p) for g, p in r.generations if g > bound)
+            regions.append(RegionRead(r.region, r.spec_id, r.current_generation, bound, pending_generations))
+    else:
+        for region, m in sorted(read_hinted(table, details).items()):
+            if m is None:
+                continue
+            bound = holds_through(region)
+            pending = [g for g in m.generations if g.generation > bound]
+            rows = [g.physical_rows for g in pending]
+            regions.append(
+                RegionRead(
+                    region,
+                    m.spec_id,
+                    m.current_generation,
+                    bound,
+                    tuple((g.generation, g.path) for g in pending),
+                    m.field_values,
+                    None if None in rows else sum(r or 0 for r in rows),
+                )
+            )
     return ReadPlan(
         table.uri,
         details.table_version,

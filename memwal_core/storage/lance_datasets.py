@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from memwal_core.format.naming import GENERATION_KEY_PAGES
 from memwal_core.storage.limits import with_lance_defaults
 
 if TYPE_CHECKING:
@@ -43,3 +44,22 @@ def open_dataset(
         storage_options=with_lance_defaults(storage_options or {}),
         session=shared_session(),
     )
+
+
+def generation_key_bounds(uri: str, storage_options: Mapping[str, str] | None) -> tuple[Any, Any] | None:
+    """The smallest and largest primary key of the flushed generation at `uri`, from its key-index
+    sidecar (one small file); None when that cannot be read, so a caller keeps the generation."""
+    import pyarrow.compute as pc
+    from lance.file import LanceFileReader
+
+    try:
+        reader = LanceFileReader(
+            f"{uri}/{GENERATION_KEY_PAGES}",
+            with_lance_defaults(storage_options or {}),
+            columns=["min", "max"],
+        )
+        pages = reader.read_all().to_table()
+    except (OSError, ValueError, RuntimeError):
+        return None
+    smallest, largest = pc.min(pages.column("min")).as_py(), pc.max(pages.column("max")).as_py()
+    return None if smallest is None or largest is None else (smallest, largest)

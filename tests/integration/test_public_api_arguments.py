@@ -152,6 +152,7 @@ def _base_arguments(table: memwal_core.MemWalTable, path: str) -> dict[str, dict
         "merge": {"table": table, "dry_run": True},
         "plan_read": {"table": table},
         "point_lookup": {"table": table, "plan": plan},
+        "register_spark_source": {},
         "retain": {"table": table, "older_than": timedelta(days=3650)},
         "status": {"table": table},
     }

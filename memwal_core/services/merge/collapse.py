@@ -69,11 +69,20 @@ class BatchCollapse(Protocol):
 
 
 def read_generation(
-    source: GenerationSource, region: str, storage_options: Mapping[str, str] | None
+    source: GenerationSource,
+    region: str,
+    storage_options: Mapping[str, str] | None,
+    *,
+    columns: Sequence[str] | None = None,
+    where: str | None = None,
 ) -> pa.Table:
-    """All rows of one flushed generation (deletion vector applied)."""
+    """The rows of one flushed generation (deletion vector applied): every column, or `columns`,
+    of every row, or of those matching the Lance filter `where` (a filter on key columns keeps
+    or drops every version of a key alike)."""
     try:
-        return open_dataset(source.uri, storage_options).to_table()
+        return open_dataset(source.uri, storage_options).to_table(
+            columns=list(columns) if columns is not None else None, filter=where
+        )
     except (ValueError, OSError) as exc:
         raise NotFoundError(
             f"region {region}: flushed generation {source.generation} at {source.uri} cannot be read "

@@ -25,18 +25,17 @@ re-planning, never by retrying.
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import logging
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Collection, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from memwal_core.errors import BadInputError, DeleteConflictError, SchemaError, StaleMergeError, first_line
+from memwal_core.errors import BadInputError, DeleteConflictError, StaleMergeError, first_line
 from memwal_core.lance_errors import is_commit_conflict, is_stale_merge
+from memwal_core.model.lance_filter import literal, one_of, quoted
 
 if TYPE_CHECKING:
     import lance
@@ -58,33 +57,6 @@ AFTER_DELETE_RATIO = 100
 INDEX_MAX_DELETE_ROWS = 100_000
 
 
-def _literal(value: object, column: str) -> str:
-    """A SQL literal Lance's (DataFusion's) parser reads back as `value`."""
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int | decimal.Decimal):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, bytes):
-        return f"X'{value.hex()}'"
-    if isinstance(value, dt.datetime | dt.date):
-        return f"'{value.isoformat()}'"
-    raise SchemaError(
-        f"primary key column {column!r} has values of type {type(value).__name__}, not supported"
-    )
-
-
-def _quote(column: str) -> str:
-    return "`" + column.replace("`", "``") + "`"
-
-
-def _in_list(column: str, values: Iterable[object]) -> str:
-    return f"{_quote(column)} IN ({', '.join(_literal(v, column) for v in sorted(set(values)))})"  # type: ignore[type-var]
-
-
 def delete_predicate(keys: pa.Table, primary_key: Sequence[str]) -> str:
     """A predicate selecting exactly the rows whose key is in `keys`.
 
@@ -94,7 +66,7 @@ def delete_predicate(keys: pa.Table, primary_key: Sequence[str]) -> str:
     one `(a = .. AND b = ..)` term per key at 40,000 keys.
     """
     if len(primary_key) == 1:
-        return _in_list(primary_key[0], keys.column(primary_key[0]).to_pylist())
+        return one_of(primary_key[0], keys.column(primary_key[0]).to_pylist())
     columns = {c: keys.column(c).to_pylist() for c in primary_key}
     widest = max(primary_key, key=lambda c: len(set(columns[c])))
     others = [c for c in primary_key if c != widest]
@@ -103,8 +75,8 @@ def delete_predicate(keys: pa.Table, primary_key: Sequence[str]) -> str:
         groups.setdefault(tuple(columns[c][i] for c in others), []).append(value)
     terms = []
     for prefix, values in sorted(groups.items()):
-        equalities = [f"{_quote(c)} = {_literal(v, c)}" for c, v in zip(others, prefix, strict=True)]
-        terms.append("(" + " AND ".join([*equalities, _in_list(widest, values)]) + ")")
+        equalities = [f"{quoted(c)} = {literal(v, c)}" for c, v in zip(others, prefix, strict=True)]
+        terms.append("(" + " AND ".join([*equalities, one_of(widest, values)]) + ")")
     return " OR ".join(terms)
 
 
