@@ -63,7 +63,6 @@ from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
 from memwal_core.arguments import Range
-from memwal_core.spark_session import remote_holds_credentials
 from memwal_core.errors import BadInputError
 from memwal_core.services.compact import DEFAULT_TARGET_ROWS
 from memwal_core.services.gc.rules import (
@@ -75,7 +74,7 @@ from memwal_core.services.gc.rules import (
 )
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.retain import MIN_AGE, parse_duration
-from memwal_core.spark_session import check_spark_target
+from memwal_core.spark_session import check_spark_target, remote_holds_credentials
 from memwal_core.storage.stores import normalize_uri, refuse_credentials
 
 DEFAULT_TABLE_URI = "demo/table"
