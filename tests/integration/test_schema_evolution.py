@@ -26,6 +26,7 @@ from memwal_core.model.evolution import TableFields
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.catchup import catchup
 from memwal_core.services.compact import compact
+from memwal_core.services.consistency import check_consistency
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.gc.service import gc
 from memwal_core.services.merge.commit import SINGLE, TWO_STEP
@@ -120,8 +121,11 @@ def test_merge_follows_the_schema_change(
     model = evolved_table(root, options, change)
     uri = f"{root}/t"
     with MemWalTable.open(uri, options or None) as table:
-        # Lance's own MemWAL-aware read (its LsmScanner over every pending generation) equals the model.
+        # Lance's own MemWAL-aware read (its LsmScanner over every pending generation) equals the model,
+        # and the consistency check (the independent second opinion GC waits for) agrees.
         assert keyed(lsm_scanner(table, plan_read(table)).to_table().to_pylist()) == model
+        consistency = check_consistency(table)
+        assert consistency.passed and consistency.expected_rows == len(model), consistency.mismatches
         result = merge(table, engine=engine_called(engine, request, monkeypatch, 4), commit_form=form)
         assert not result.failures, result.failures
         assert keyed(table.dataset().to_table().to_pylist()) == model
