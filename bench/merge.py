@@ -34,6 +34,7 @@ from lance.mem_wal import CompactedSsTable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCE_LOG", "error")
 
+from memwal_core.model.evolution import TableFields
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import Engine, LocalEngine, SparkEngine
 from memwal_core.services.merge.collapse import collapse_tables, read_generation
@@ -133,9 +134,10 @@ def timed(
 def naive_loop(uri: str) -> None:
     with MemWalTable.open(uri) as table:
         plan = plan_merge(table)
+        fields = TableFields.of(table.dataset())
     for region in plan.regions:
         for source in region.generations:
-            generation = read_generation(source, region.region, None)
+            generation = read_generation(source, region.region, None, fields)
             live, deleted = collapse_tables([generation], ["id"], SCHEMA, what="bench")
             dataset = lance.dataset(uri)
             builder = dataset.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
@@ -168,7 +170,8 @@ def run_case(
     with MemWalTable.open(uri) as table:
         plan = plan_merge(table)
         region = plan.regions[0]
-        tables = [read_generation(g, region.region, None) for g in region.generations]
+        fields = TableFields.of(table.dataset())
+        tables = [read_generation(g, region.region, None, fields) for g in region.generations]
     live, deleted = collapse_tables(tables, ["id"], SCHEMA, what="bench")
 
     def floor() -> None:

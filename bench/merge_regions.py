@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCE_LOG", "error")
 
 from bench.merge import spark_engine
+from memwal_core.model.evolution import TableFields
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.collapse import collapse_tables, read_generation
@@ -122,9 +123,10 @@ def collapsed_in_advance(uri: str) -> dict[str, tuple[int, pa.Table, pa.Table]]:
     """Every region's (target generation, live rows, deleted keys), collapsed before any timing."""
     with MemWalTable.open(uri) as table:
         plan = plan_merge(table)
+        fields = TableFields.of(table.dataset())
     out = {}
     for region in plan.regions:
-        tables = [read_generation(g, region.region, None) for g in region.generations]
+        tables = [read_generation(g, region.region, None, fields) for g in region.generations]
         live, deleted = collapse_tables(tables, ["id"], SCHEMA, what="bench")
         out[region.region] = (region.target_generation, live, pa.table({"id": deleted.column("id")}))
     return out

@@ -514,15 +514,19 @@ class Target:
         return records
 
     def mismatch_violations(self, mismatches: list[Mismatch], version: int, what: str) -> list[Violation]:
-        """Evidence for each mismatching key: the table version, its region and that region's state."""
-        details = self.table.index_details(version)
+        """Evidence for each mismatching key: the table version, its region and that region's state (its
+        merge progress at that version unless retention has removed the version since: None then)."""
+        try:
+            details = self.table.index_details(version)
+        except NotFoundError:
+            details = None
         manifests = self.table.read_regions()
         out = []
         for m in mismatches[:20]:
             region = self.region_of_key(m.key)
             manifest = manifests.get(region) if region else None
             listed = manifest.generation_numbers if manifest else []
-            merged = details.merged_generation(region) if region else 0
+            merged = details.merged_generation(region) if region and details is not None else None
             out.append(
                 Violation(
                     self.name,

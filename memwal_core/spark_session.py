@@ -64,6 +64,13 @@ def check_spark_target(master: str | None, remote: str | None) -> None:
         raise BadInputError(f"a Spark Connect remote is an sc://HOST:PORT URL, not {remote!r}")
 
 
+def remote_holds_credentials(remote: str) -> bool:
+    """Whether a Spark Connect URL carries a secret: a `;token=` parameter (or user info)."""
+    params = remote.split("/", 3)[-1] if remote.count("/") >= 3 else ""
+    names = {p.split("=", 1)[0].strip().lower() for p in params.split(";") if "=" in p}
+    return "token" in names or "@" in remote.removeprefix("sc://").split("/", 1)[0]
+
+
 def spark_target(master: str | None = None, remote: str | None = None) -> tuple[str | None, str | None]:
     """(master, remote) to use: the ones named, else MEMWAL_SPARK_MASTER / MEMWAL_SPARK_REMOTE, else none."""
     check_spark_target(master, remote)

@@ -22,7 +22,8 @@ tables:
     uri: s3://bucket/tables/events
     storage_options_env: EVENTS_STORAGE_OPTIONS
     merge_engine: spark          # spark (default) or local
-    spark_remote: sc://10.0.0.5:15002  # or spark_master: spark://10.0.0.5:7077 (default: the pipeline's)
+    spark_remote_env: EVENTS_SPARK_REMOTE  # the variable holding the Connect URL, token and all; or
+    # spark_remote sc://10.0.0.5:15002 (no token), or spark_master spark://10.0.0.5:7077 (default: the pipeline's)
     max_batch_rows: 1000000      # per merge commit (default: from the machine's memory)
     max_batch_bytes: 2147483648
     max_backlog_generations: 16  # asset check thresholds
@@ -73,12 +74,13 @@ from memwal_core.services.gc.rules import (
 )
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.retain import MIN_AGE, parse_duration
-from memwal_core.spark_session import check_spark_target
+from memwal_core.spark_session import check_spark_target, remote_holds_credentials
 from memwal_core.storage.stores import normalize_uri, refuse_credentials
 
 DEFAULT_TABLE_URI = "demo/table"
 TABLES_ENV = "MEMWAL_TABLES"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 T = TypeVar("T")
 
 
@@ -115,6 +117,9 @@ class TableConfig:
     # The run's SparkSession: the pipeline's PySparkResource unless the table names its own Spark.
     spark_master: str | None = None
     spark_remote: str | None = None
+    # The environment variable holding the Spark Connect URL, when it carries a token (`;token=...`):
+    # the URL itself would show in every Dagster view.
+    spark_remote_env: str | None = None
     max_generations_per_merge: Count | None = None
     # What one merge commit may collapse (None: a share of the machine's memory, see docs/merge.md).
     max_batch_rows: Count | None = None
@@ -165,7 +170,22 @@ class TableConfig:
     def _spark_url(cls, url: str | None) -> str | None:
         if url is not None:
             _service_check(lambda: refuse_credentials(url, "configure Spark's authentication instead"))
+            if url.startswith("sc://") and remote_holds_credentials(url):
+                raise _invalid(
+                    "holds a token, which every Dagster view would show: put the URL in an environment "
+                    "variable and name that variable in spark_remote_env"
+                )
         return url
+
+    @field_validator("spark_remote_env")
+    @classmethod
+    def _spark_remote_env(cls, name: str | None, info: ValidationInfo) -> str | None:
+        if name is not None:
+            if not _ENV_NAME.match(name):
+                raise _invalid(f"{name!r} is not an environment variable name")
+            if info.data.get("spark_master") or info.data.get("spark_remote"):
+                raise _invalid("name it or spark_master / spark_remote, not both")
+        return name
 
     @field_validator("spark_remote")
     @classmethod

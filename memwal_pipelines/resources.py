@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,14 @@ if TYPE_CHECKING:
 
 # The Spark UI would take a port per run; Dagster shows the run instead.
 SPARK_CONF = {"spark.ui.enabled": "false"}
+# Dagster 1.13 itself reads its deprecated `InitResourceContext.dagster_run` when it configures a nested
+# resource (`pyspark` in `memwal`): nothing memwal calls, and nothing its users can act on.
+warnings.filterwarnings(
+    "ignore",
+    message="InitResourceContext.dagster_run is deprecated",
+    category=DeprecationWarning,
+    module="dagster._core.execution.context.init",
+)
 
 
 class TableLocation(Config):
@@ -51,15 +60,34 @@ class TableLocation(Config):
     storage_options_env: str | None = None
     spark_master: str | None = None
     spark_remote: str | None = None
+    # The variable holding a Spark Connect URL with a token: only its name enters Dagster's config.
+    spark_remote_env: str | None = None
+
+    def remote(self) -> str | None:
+        """The table's own Spark Connect URL, read from its variable at run time if it names one."""
+        if not self.spark_remote_env:
+            return self.spark_remote
+        remote = os.environ.get(self.spark_remote_env)
+        if not remote:
+            raise BadInputError(f"{self.spark_remote_env} (the table's spark_remote_env) is not set")
+        return remote
+
+
+# In `spark_config`: the variable that holds the Connect URL, read when a run builds its session, so a
+# token in the URL never enters the config every Dagster view shows.
+REMOTE_FROM_ENV = "memwal.spark.remote.env"
 
 
 def pipeline_spark_config() -> dict[str, str]:
-    """The pipeline's `spark_config`: MEMWAL_SPARK_REMOTE's Connect server, else a classic session on
-    MEMWAL_SPARK_MASTER, else the warm server a command runs in DAGSTER_HOME, else a classic local session."""
-    from memwal_core.spark_session import spark_conf, spark_target
+    """The pipeline's `spark_config`: MEMWAL_SPARK_REMOTE's Connect server (by the variable's name), else
+    a classic session on MEMWAL_SPARK_MASTER, else the warm server a command runs in DAGSTER_HOME, else a
+    classic local session."""
+    from memwal_core.spark_session import REMOTE_ENV, spark_conf, spark_target
 
     master, remote = spark_target()
-    remote = remote or (None if master else live_warm_remote())
+    if remote:
+        return {REMOTE_FROM_ENV: REMOTE_ENV}
+    remote = None if master else live_warm_remote()
     if remote:
         return {"spark.remote": remote}
     return spark_conf(master, SPARK_CONF)
@@ -79,11 +107,17 @@ class PipelineSparkResource(LazyPySparkResource):
         if self._spark_session is None:
             config = {key: str(value) for key, value in self.spark_config.items()}
             remote = config.pop("spark.remote", None)
+            variable = config.pop(REMOTE_FROM_ENV, None)
+            if variable:
+                remote = os.environ.get(variable)
+                if not remote:
+                    raise BadInputError(f"{variable} (the pipeline's Spark Connect server) is not set")
             self._spark_session = spark_session(config.get("spark.master"), config, remote=remote)
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         """End the run's Connect session, freeing its state on the server; a classic one is the process's."""
-        if self._spark_session is not None and "spark.remote" in self.spark_config:
+        remote = {"spark.remote", REMOTE_FROM_ENV} & set(self.spark_config)
+        if self._spark_session is not None and remote:
             self._spark_session.stop()
             self._spark_session = None
 
@@ -121,8 +155,9 @@ class MemWalResource(ConfigurableResource):  # type: ignore[type-arg]
         from memwal_core.spark_session import spark_session
 
         table = self.location(name)
-        if table.spark_master or table.spark_remote:
-            return spark_session(table.spark_master, SPARK_CONF, remote=table.spark_remote)
+        remote = table.remote()
+        if table.spark_master or remote:
+            return spark_session(table.spark_master, SPARK_CONF, remote=remote)
         session: SparkSession = self.pyspark.spark_session
         return session
 
@@ -144,6 +179,7 @@ def memwal_resource(
                 storage_options_env=t.storage_options_env,
                 spark_master=t.spark_master,
                 spark_remote=t.spark_remote,
+                spark_remote_env=t.spark_remote_env,
             )
             for t in tables
         },

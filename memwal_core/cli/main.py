@@ -164,14 +164,15 @@ def _engine_arguments(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def _engine(args: argparse.Namespace) -> Engine:
-    """The engine `--engine` names; one this process runs in threads unless a Spark URL is named."""
-    named = args.spark_master or args.spark_remote
-    if args.engine == "local" and named:
+    """The engine `--engine` names; one this process runs in threads unless a Spark URL is named, on
+    the command line or in MEMWAL_SPARK_MASTER / MEMWAL_SPARK_REMOTE."""
+    from memwal_core.spark_session import spark_target
+
+    if args.engine == "local" and (args.spark_master or args.spark_remote):
         raise BadInputError("--spark-master and --spark-remote need --engine spark")
-    kind = args.engine or ("spark" if named else "local")
-    return engine_named(
-        kind, spark_master=args.spark_master, spark_remote=args.spark_remote, verbose=args.verbose
-    )
+    master, remote = spark_target(args.spark_master, args.spark_remote)
+    kind = args.engine or ("spark" if master or remote else "local")
+    return engine_named(kind, spark_master=master, spark_remote=remote, verbose=args.verbose)
 
 
 def _cmd_ingest(args: argparse.Namespace, table: MemWalTable) -> Outcome:

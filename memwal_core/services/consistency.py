@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from memwal_core.errors import MemwalError, first_line
+from memwal_core.model.evolution import TableFields
 from memwal_core.model.lance_filter import equals
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.merge.collapse import collapse_local
@@ -88,7 +89,7 @@ def _compare(
 
     primary_key = list(table.primary_key)
     base = table.dataset(plan.table_version)
-    schema = base.schema
+    fields = TableFields.of(base)
     upserts: dict[Key, dict[str, Any]] = {}
     deletes: set[Key] = set()
     for region in plan.regions:
@@ -98,7 +99,7 @@ def _compare(
             GenerationSource(g, f"{plan.table_uri}/_mem_wal/{region.region}/{path}")
             for g, path in region.generations
         ]
-        live, deleted = collapse_local(sources, region.region, primary_key, schema, table.storage_options)
+        live, deleted = collapse_local(sources, region.region, primary_key, fields, table.storage_options)
         for row in live.to_pylist():
             key = tuple(row[k] for k in primary_key)
             upserts[key] = row
@@ -127,7 +128,7 @@ def _compare(
         for row in base.take(positions).to_pylist():
             key = tuple(row[k] for k in primary_key)
             probes.append((key, upserts.get(key) if key in upserts else None if key in deletes else row))
-    found = _lookup(table, plan, schema.names, [key for key, _expected in probes])
+    found = _lookup(table, plan, fields.schema.names, [key for key, _expected in probes])
     for key, expected in probes:
         actual = found.get(key)
         if actual != expected:

@@ -100,6 +100,13 @@ def initialize(table: MemWalTable, primary_key: list[str], spec: RegionSpecChoic
                 f"primary key column {column!r} of {table.uri} has type {schema.field(column).type}, which "
                 "Lance's MemWAL cannot hash (integers, booleans, strings and binary only)"
             )
+    for column in spec.columns():
+        kind = schema.field(column).type
+        if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+            raise SchemaError(
+                f"region column {column!r} of {table.uri} has type {kind}: Lance 14 routes by integers, "
+                "booleans and strings only; a binary key takes one region (--unsharded)"
+            )
     existing = primary_key_of(schema)
     if existing and existing != primary_key:
         raise SchemaError(f"table {table.uri} already has primary key {existing}, not {primary_key}")

@@ -268,3 +268,31 @@ def test_init_refuses_a_key_lance_cannot_hash_before_changing_anything(tmp_path:
         text=True,
     )
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("routing", [["--bucket", "id", "--num-buckets", "4"], ["--identity", "id"]])
+def test_a_binary_key_takes_one_region(tmp_path: Path, routing: list[str]) -> None:
+    """Lance routes by integers, booleans and strings only: memwal refuses routing a binary key itself
+    (exit 2, nothing changed); unsharded, the binary key writes and merges."""
+    from memwal_core.model.table import MemWalTable
+    from memwal_core.services.merge.service import merge
+    from memwal_core.services.writer import MemWalWriter
+
+    uri = tmp_path / "t"
+    lance.write_dataset(pa.table({"id": pa.array([b"a", b"b"], pa.binary()), "v": [1, 2]}), str(uri))
+    before = tree_digest(uri)
+    refused = run_cli("init", str(uri), "--primary-key", "id", *routing)
+    assert refused.returncode == 2, refused.stderr
+    assert (
+        len(refused.stderr.strip().splitlines()) == 1
+        and "binary" in refused.stderr
+        and "--unsharded" in refused.stderr
+    )
+    assert tree_digest(uri) == before, "a refused init changed the table"
+    assert run_cli("init", str(uri), "--primary-key", "id", "--unsharded").returncode == 0
+    with MemWalWriter(str(uri)) as writer:
+        writer.put(pa.table({"id": pa.array([b"b", b"c"], pa.binary()), "v": [20, 30]}))
+    with MemWalTable.open(str(uri)) as table:
+        merge(table)
+        rows = table.dataset().to_table().sort_by("id").to_pylist()
+    assert rows == [{"id": b"a", "v": 1}, {"id": b"b", "v": 20}, {"id": b"c", "v": 30}]

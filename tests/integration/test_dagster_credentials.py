@@ -82,3 +82,31 @@ def test_a_spark_master_with_credentials_is_refused(tmp_path: Path) -> None:
     ) as refused:
         load_tables(str(listing))
     assert KEY not in str(refused.value)
+
+
+TOKEN = "hostile33SparkToken"
+
+
+def test_a_spark_connect_token_never_reaches_the_repository_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the table list a token is refused (named, not echoed); through variables it stays out of the
+    snapshot: the pipeline's MEMWAL_SPARK_REMOTE and a table's spark_remote_env go in by name only."""
+    from memwal_core.errors import BadInputError
+
+    with_token = f"sc://10.0.0.5:15002/;token={TOKEN};use_ssl=true"
+    listing = tmp_path / "tables.yaml"
+    listing.write_text(f"tables:\n  - {{name: e, uri: /t, spark_remote: '{with_token}'}}\n")
+    with pytest.raises(BadInputError) as refused:
+        load_tables(str(listing))
+    assert "spark_remote_env" in str(refused.value) and TOKEN not in str(refused.value)
+
+    monkeypatch.setenv("MEMWAL_SPARK_REMOTE", with_token)
+    monkeypatch.setenv("EVENTS_SPARK_REMOTE", with_token.replace("10.0.0.5", "10.0.0.6"))
+    listing.write_text(
+        "tables:\n  - {name: events, uri: /t, merge_engine: spark, spark_remote_env: EVENTS_SPARK_REMOTE}\n"
+        "  - {name: other, uri: /u, merge_engine: spark}\n"
+    )
+    text = snapshot_text(listing)
+    assert "EVENTS_SPARK_REMOTE" in text, "the snapshot is this list's"
+    assert TOKEN not in text

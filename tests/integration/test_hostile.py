@@ -28,7 +28,6 @@ import os
 import re
 import shutil
 import time
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -391,20 +390,11 @@ def test_damage(damage: Damage, command: str, pristine: Pristine, matrix: dict[t
         assert of_regions(result["deleted"], {run.region}) == []
 
 
-def test_every_refusal_is_fast(
-    matrix: dict[tuple[str, str], Run], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_every_refusal_is_fast(matrix: dict[tuple[str, str], Run]) -> None:
     """A damaged object is found without retries or waits: no refusal takes long, even on a loaded machine."""
     refused = {pair: run for pair, run in matrix.items() if run.code != 0}
     slowest_pair, slowest = max(refused.items(), key=lambda item: item[1].seconds)
-    codes = Counter(run.code for run in matrix.values())
-    with capsys.disabled():
-        print(f"\nhostile matrix: {len(matrix)} runs, exit codes {dict(sorted(codes.items()))}")
-        for damage in DAMAGES:
-            cells = "  ".join(f"{c}={matrix[(damage.name, c)].code}" for c in COMMANDS)
-            print(f"  {damage.name:36s} {cells}")
-        print(f"slowest refusal {slowest.seconds:.1f} s ({slowest_pair[0]} / {slowest_pair[1]})")
-    assert slowest.seconds < 60, slowest_pair
+    assert slowest.seconds < 60, (slowest_pair, slowest.seconds)
 
 
 def test_retain_refuses_an_older_table_manifest_it_cannot_read(pristine: Pristine, tmp_path: Path) -> None:

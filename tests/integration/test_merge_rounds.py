@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 
 from memwal_core.errors import BadInputError
+from memwal_core.model.evolution import TableFields
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.batch import MergeBudget
@@ -267,7 +268,7 @@ class OutOfBandMerger(LocalEngine):
             plan = next(unit.plan for unit in items if unit.plan.region == self.region)
             dataset = lance.dataset(self.uri)
             live, deleted = collapse_local(
-                plan.generations[: self.generation], self.region, ("id",), dataset.schema, {}
+                plan.generations[: self.generation], self.region, ("id",), TableFields.of(dataset), {}
             )
             commit_region(dataset, ("id",), self.region, self.generation, live, deleted, use_index=False)
         return collapsed

@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from memwal_core.model.evolution import TableFields
 from memwal_core.model.lease import Lease
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import LocalEngine
@@ -46,7 +47,9 @@ def overlapping_mergers(path: Path, *, checked: bool, form: CommitPlan | None = 
         y_plan = plan.regions[0]
         assert [g.generation for g in y_plan.generations] == [1, 2]
         y_handle = opened.dataset()
-        y_source = collapse_in_process(LocalEngine(), [y_plan], plan.primary_key, y_handle.schema, {})
+        y_source = collapse_in_process(
+            LocalEngine(), [y_plan], plan.primary_key, TableFields.of(y_handle), {}
+        )
         live = pa.Table.from_batches(list(y_source.live({region})), schema=y_handle.schema)
         x = merge(opened, max_generations=1)
         assert [r.merged_generations for r in x.regions] == [[1]]

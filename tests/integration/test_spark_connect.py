@@ -33,6 +33,7 @@ from tests.support.connect import started_connect_server
 from tests.support.engines import check_engine_contract, merge_engine
 from tests.support.model import keyed_backlog_table
 from tests.support.paths import PROJECT_ROOT
+from tests.support.service import free_ports
 from tests.support.tables import progress
 
 
@@ -160,3 +161,18 @@ def test_a_live_warm_server_is_reused_and_left_running(
         assert running.running(), "a command stopped a server it did not start"
         assert "MEMWAL_SPARK_REMOTE" not in os.environ
     assert ConnectServer.find(warm_home(tmp_path)) is None
+
+
+def test_the_environment_names_the_engine_as_the_command_line_does(tmp_path: Path) -> None:
+    """MEMWAL_SPARK_REMOTE alone selects Spark: with its server down the merge fails in one line, changing
+    nothing, instead of merging in this process; `--engine local` still merges here."""
+    uri = str(tmp_path / "demo")
+    write_demo_table(uri, base_rows=50, regions=1, rounds=1, rows_per_generation=10)
+    version = MemWalTable(uri).dataset().version
+    dead = {"MEMWAL_SPARK_REMOTE": f"sc://127.0.0.1:{free_ports(1)[0]}"}
+    done = run_cli("merge", "demo", cwd=tmp_path, env=dead)
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert dead["MEMWAL_SPARK_REMOTE"].removeprefix("sc://") in done.stderr
+    assert MemWalTable(uri).dataset().version == version, "a failed merge committed"
+    local = run_cli("merge", "demo", "--engine", "local", cwd=tmp_path, env=dead)
+    assert local.returncode == 0 and "(local engine)" in local.stdout, local.stdout + local.stderr

@@ -32,6 +32,7 @@ from memwal_core.errors import (
 )
 from memwal_core.lance_errors import is_retries_exhausted
 from memwal_core.model.details_lease import details_lease
+from memwal_core.model.evolution import TableFields
 from memwal_core.model.lease import Lease
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import Engine
@@ -209,11 +210,11 @@ class BatchMerge:
         The part is held in memory when the engine runs here, staged in the
         table's storage when it is remote (its tasks run in other processes).
         """
-        schema = self.table.dataset().schema
+        fields = TableFields.of(self.table.dataset())
         collapse = collapse_staged if self.engine.remote else collapse_in_process
         try:
             part: BatchCollapse = collapse(
-                self.engine, plans, self.primary_key, schema, self.table.storage_options
+                self.engine, plans, self.primary_key, fields, self.table.storage_options
             )
         except MemwalError as exc:
             for plan in plans:

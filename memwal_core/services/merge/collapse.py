@@ -23,13 +23,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_core.errors import CorruptMetadataError, MemwalError, NotFoundError, SchemaError, first_line
+from memwal_core.model.evolution import TOMBSTONE, TableFields
 from memwal_core.model.rows import conform
 from memwal_core.services.engine import Engine
 from memwal_core.services.merge.plan import GenerationSource, RegionMergePlan
 from memwal_core.storage.lance_datasets import open_dataset
 from memwal_core.storage.options import StorageOptions
 
-TOMBSTONE = "_tombstone"
 # The region a collapsed key came from, in the key tables `shared_key` checks and in staged files.
 REGION_COLUMN = "_memwal_region"
 READ_THREADS = 8
@@ -72,17 +72,18 @@ def read_generation(
     source: GenerationSource,
     region: str,
     storage_options: Mapping[str, str] | None,
+    fields: TableFields,
     *,
     columns: Sequence[str] | None = None,
     where: str | None = None,
 ) -> pa.Table:
-    """The rows of one flushed generation (deletion vector applied): every column, or `columns`,
-    of every row, or of those matching the Lance filter `where` (a filter on key columns keeps
-    or drops every version of a key alike)."""
+    """The rows of one flushed generation (deletion vector applied) as the table's columns (`fields`,
+    matched by Lance field id: the generation may predate a column's rename, addition or drop):
+    all of them and the tombstone, or `columns`, of every row, or of those matching the Lance
+    filter `where` (a filter on key columns keeps or drops every version of a key alike)."""
+    what = f"region {region} generation {source.generation}"
     try:
-        return open_dataset(source.uri, storage_options).to_table(
-            columns=list(columns) if columns is not None else None, filter=where
-        )
+        return fields.read(open_dataset(source.uri, storage_options), columns=columns, where=where, what=what)
     except (ValueError, OSError) as exc:
         raise NotFoundError(
             f"region {region}: flushed generation {source.generation} at {source.uri} cannot be read "
@@ -150,13 +151,13 @@ class CollapseUnit:
 def collapse_unit(
     unit: CollapseUnit,
     primary_key: Sequence[str],
-    base_schema: pa.Schema,
+    fields: TableFields,
     storage_options: Mapping[str, str] | None,
 ) -> Collapsed:
     """Read a unit's generations (in parallel threads), keep its key partition, and collapse them."""
 
     def read(source: GenerationSource) -> pa.Table:
-        rows = read_generation(source, unit.plan.region, storage_options)
+        rows = read_generation(source, unit.plan.region, storage_options, fields)
         if unit.partitions > 1:
             rows = rows.filter(pc.equal(key_partition(rows, primary_key, unit.partitions), unit.part))
         return rows
@@ -167,7 +168,7 @@ def collapse_unit(
     else:
         with ThreadPoolExecutor(min(READ_THREADS, len(generations))) as pool:
             tables = list(pool.map(read, generations))
-    live, deleted = collapse_tables(tables, primary_key, base_schema, what=unit.what)
+    live, deleted = collapse_tables(tables, primary_key, fields.schema, what=unit.what)
     deleted = plain_keys(deleted, primary_key)
     figures = RegionCollapse(
         live_rows=live.num_rows,
@@ -259,7 +260,7 @@ def collapse_units(
     engine: Engine,
     units: Sequence[CollapseUnit],
     primary_key: Sequence[str],
-    base_schema: pa.Schema,
+    fields: TableFields,
     storage_options: Mapping[str, str] | None,
     *,
     what: str,
@@ -268,7 +269,7 @@ def collapse_units(
 
     def one(unit: CollapseUnit) -> Collapsed | MemwalError:
         try:
-            return collapse_unit(unit, primary_key, base_schema, storage_options)
+            return collapse_unit(unit, primary_key, fields, storage_options)
         except MemwalError as exc:
             return exc
 
@@ -282,13 +283,13 @@ def collapse_in_process(
     engine: Engine,
     plans: Sequence[RegionMergePlan],
     primary_key: Sequence[str],
-    base_schema: pa.Schema,
+    fields: TableFields,
     storage_options: Mapping[str, str] | None,
 ) -> InMemoryCollapse:
     """A batch collapsed by an engine that runs in this process: every region whole, its rows kept in memory."""
     result = InMemoryCollapse()
     units = [CollapseUnit(plan) for plan in plans]
-    outcomes = collapse_units(engine, units, primary_key, base_schema, storage_options, what=batch_job(plans))
+    outcomes = collapse_units(engine, units, primary_key, fields, storage_options, what=batch_job(plans))
     for plan, outcome in zip(plans, outcomes, strict=True):
         if isinstance(outcome, MemwalError):
             result.failures[plan.region] = outcome
@@ -304,10 +305,10 @@ def collapse_local(
     generations: Sequence[GenerationSource],
     region: str,
     primary_key: Sequence[str],
-    base_schema: pa.Schema,
+    fields: TableFields,
     storage_options: Mapping[str, str] | None,
 ) -> tuple[pa.Table, pa.Table]:
     """One region's generations collapsed in this process: (live rows, deleted keys)."""
     plan = RegionMergePlan("", region, 0, 0, tuple(generations))
-    live, deleted, _figures = collapse_unit(CollapseUnit(plan), primary_key, base_schema, storage_options)
+    live, deleted, _figures = collapse_unit(CollapseUnit(plan), primary_key, fields, storage_options)
     return live, deleted

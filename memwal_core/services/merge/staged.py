@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 
 from memwal_core.errors import BadInputError, MemwalError
 from memwal_core.format.naming import STAGING_DIR
+from memwal_core.model.evolution import TableFields
 from memwal_core.model.rows import conform
 from memwal_core.process_memory import release_freed
 from memwal_core.services.engine import Engine, LocalEngine
@@ -99,7 +100,7 @@ def _schemas(primary_key: Sequence[str], base_schema: pa.Schema) -> tuple[pa.Sch
 
 def _collapse_task(
     primary_key: tuple[str, ...],
-    base_schema: pa.Schema,
+    fields: TableFields,
     storage_options: Mapping[str, str],
     staging: str,
 ) -> Callable[[Sequence[CollapseUnit]], list[StagedUnit]]:
@@ -112,7 +113,7 @@ def _collapse_task(
     def run(units: Sequence[CollapseUnit]) -> list[StagedUnit]:
         from lance.file import LanceFileWriter
 
-        live_schema, deleted_schema = _schemas(primary_key, base_schema)
+        live_schema, deleted_schema = _schemas(primary_key, fields.schema)
         options = with_lance_defaults(storage_options)
         attempt = f"{staging}/merge-{uuid.uuid4().hex}"
         live_path, deleted_path = f"{attempt}-live.lance", f"{attempt}-deleted.lance"
@@ -122,7 +123,7 @@ def _collapse_task(
 
         def stage_unit(unit: CollapseUnit) -> RegionCollapse | MemwalError:
             try:
-                live, deleted, figures = collapse_unit(unit, primary_key, base_schema, storage_options)
+                live, deleted, figures = collapse_unit(unit, primary_key, fields, storage_options)
             except MemwalError as exc:
                 return exc
             with writing:
@@ -147,7 +148,7 @@ def collapse_staged(
     engine: Engine,
     plans: Sequence[RegionMergePlan],
     primary_key: tuple[str, ...],
-    base_schema: pa.Schema,
+    fields: TableFields,
     storage_options: Mapping[str, str],
 ) -> StagedCollapse:
     """Collapse a batch on `engine`'s tasks, each dealt every `tasks`-th unit; its staged files, read back."""
@@ -161,12 +162,12 @@ def collapse_staged(
     finally:
         store.close()
     reports = engine.run(
-        _collapse_task(primary_key, base_schema, storage_options, staging),
+        _collapse_task(primary_key, fields, storage_options, staging),
         [units[task::tasks] for task in range(tasks)],
         what=batch_job(plans),
     )
     return StagedCollapse.from_reports(
-        table_uri, dict(storage_options), base_schema, primary_key, [r for task in reports for r in task]
+        table_uri, dict(storage_options), fields.schema, primary_key, [r for task in reports for r in task]
     )
 
 

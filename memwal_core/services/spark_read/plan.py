@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from memwal_core.errors import BadInputError, CorruptMetadataError
 from memwal_core.format.naming import MEM_WAL_DIR
+from memwal_core.model.evolution import TableFields
 from memwal_core.model.routing import RegionSpec, region_spec_of
 from memwal_core.model.table import MemWalTable, primary_key_of
 from memwal_core.services.reader import RegionRead, plan_read
@@ -61,19 +62,24 @@ class ReadSlice:
 class SourcePlan:
     """A read fixed at one table version: its columns, base fragments and regions' pending generations.
 
-    `schema` holds the columns read: the primary key, then the other output columns.
+    `fields` holds the columns read (the primary key, then the other output columns), with the
+    field ids that find them in generations written before a column was renamed, added or dropped.
     """
 
     table_uri: str
     table_version: int
     primary_key: tuple[str, ...]
     columns: tuple[str, ...]
-    schema: pa.Schema
+    fields: TableFields
     fragments: tuple[FragmentRows, ...]
     regions: tuple[RegionRead, ...]
     spec: RegionSpec | None
     rows_per_partition: int
     keys: KeySelection | None = None
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.fields.schema
 
     def region(self, region: str) -> RegionRead:
         return next(r for r in self.regions if r.region == region)
@@ -114,7 +120,7 @@ def plan_source(options: SourceOptions, columns: Sequence[str]) -> SourcePlan:
             table_version=base.version,
             primary_key=tuple(primary_key),
             columns=tuple(columns),
-            schema=pa.schema([base.schema.field(c) for c in read]),
+            fields=TableFields.of(base).select(read),
             fragments=tuple(
                 FragmentRows(f.fragment_id, f.metadata.physical_rows) for f in base.get_fragments()
             ),

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from memwal_core.errors import CorruptMetadataError
-from memwal_core.services.merge.collapse import TOMBSTONE, collapse_tables, read_generation
+from memwal_core.model.evolution import TOMBSTONE
+from memwal_core.services.merge.collapse import collapse_tables, read_generation
 from memwal_core.services.merge.plan import GenerationSource
 from memwal_core.services.spark_read.pending import PendingKeys, pending_keys_of
 from memwal_core.services.spark_read.plan import ReadSlice, SourcePlan
@@ -58,7 +59,7 @@ def _read(
     options = storage.as_dict()
 
     def read(source: tuple[str, GenerationSource]) -> pa.Table:
-        return read_generation(source[1], source[0], options, columns=columns, where=plan.where)
+        return read_generation(source[1], source[0], options, plan.fields, columns=columns, where=plan.where)
 
     threads = storage.max_concurrent_requests() if "://" in plan.table_uri else LOCAL_READ_THREADS
     by_region: dict[str, list[pa.Table]] = {region: [] for region in regions}

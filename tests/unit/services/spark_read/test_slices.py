@@ -6,6 +6,7 @@ import pickle
 
 import pyarrow as pa
 
+from memwal_core.model.evolution import TableFields
 from memwal_core.services.reader import RegionRead
 from memwal_core.services.spark_read.plan import FragmentRows, ReadSlice, SourcePlan, slices
 
@@ -22,7 +23,7 @@ def plan(fragments: list[int], regions: list[RegionRead], per_partition: int = 1
         table_version=3,
         primary_key=("id",),
         columns=("id",),
-        schema=pa.schema([("id", pa.int64())]),
+        fields=TableFields(pa.schema([("id", pa.int64())]), (0,)),
         fragments=tuple(FragmentRows(i, rows) for i, rows in enumerate(fragments)),
         regions=tuple(regions),
         spec=None,
