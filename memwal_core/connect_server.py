@@ -5,7 +5,10 @@ a Connect server pays it once and serves every run after it (`sc://`). The
 server is pyspark's bundled one (`pyspark/sbin/start-connect-server.sh`,
 which runs `spark-daemon.sh`): its pid file and logs go in `home`, its gRPC
 port binds 127.0.0.1 only, and it runs this interpreter's Python workers, so
-tasks import the same pylance and memwal. `ConnectServer.find` reuses one a
+tasks import the same pylance and memwal. Its workers fork from memwal's
+daemon (pyarrow, lance and memwal loaded), and the session memwal's clients
+share lives while the server does, so a run's first task starts as fast as
+its tenth (`spark_session.py`). `ConnectServer.find` reuses one a
 former command left running; whoever started a server stops it, by its PID.
 """
 
@@ -22,13 +25,17 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from memwal_core.errors import MemwalError
-from memwal_core.spark_session import LOOPBACK
+from memwal_core.spark_session import DAEMON_MODULE, LOOPBACK
 
 # Where the daemon script writes its pid file: spark-{ident}-{class}-{instance}.pid.
 _CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 _IDENT = "memwal"
 STATE_FILE = "connect-server.json"
 DEFAULT_MASTER = "local[*,2]"
+_MEMWAL_ROOT = str(Path(__file__).resolve().parent.parent)
+# Spark closes a session idle for an hour by default, and its Python daemon with it only in name
+# (Spark 4.3 keeps the process): the session memwal's runs share should outlive the gaps between runs.
+SESSION_TIMEOUT = "30d"
 
 
 def _free_port() -> int:
@@ -112,6 +119,8 @@ class ConnectServer:
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.pyspark.python": sys.executable,
             "spark.pyspark.driver.python": sys.executable,
+            "spark.python.daemon.module": DAEMON_MODULE,
+            "spark.connect.session.manager.defaultSessionTimeout": SESSION_TIMEOUT,
             **(conf or {}),
         }
         command = [str(self.spark_home / "sbin" / "start-connect-server.sh"), "--master", master]
@@ -127,6 +136,8 @@ class ConnectServer:
             "SPARK_IDENT_STRING": _IDENT,
             "SPARK_LOCAL_IP": LOOPBACK,
             "PYSPARK_PYTHON": sys.executable,
+            # Workers import memwal (its daemon first) from where this process does, installed or not.
+            "PYTHONPATH": os.pathsep.join(filter(None, [_MEMWAL_ROOT, os.environ.get("PYTHONPATH")])),
         }
         # Its own session: a terminal's Ctrl-C reaches the command that owns the server, which stops it.
         subprocess.run(

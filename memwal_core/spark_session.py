@@ -10,7 +10,16 @@ Two ways to reach Spark, named by configuration and never both:
   starts a JVM nor needs executors to reach back into it.
 
 Tasks go through the DataFrame API alone (`run_tasks`), which both kinds of
-session serve alike. A classic session started here is quiet: Spark's log4j
+session serve alike, and name their jobs (`described`): a tag, which both
+kinds carry to the server (Spark Connect's UI tab and the REST API show it),
+and on a classic session the Spark UI's job description too.
+
+Executors' Python workers fork from memwal's own daemon (`spark_daemon.py`,
+`DAEMON_MODULE`), with pyarrow, lance and memwal's tasks loaded. Spark
+Connect starts one such daemon per session and, in Spark 4.3, never stops it
+while the server lives, so memwal's clients share one session per server and
+user (`connect_session`): its daemon and idle workers stay warm from one run
+to the next, and a server does not collect a daemon per run. A classic session started here is quiet: Spark's log4j
 banner and the JVM's notices go to a log file, and lance's fork-safety
 warning (pyspark forks the JVM's launcher) is not shown, unless `verbose`.
 """
@@ -18,12 +27,16 @@ warning (pyspark forks the JVM's launcher) is not shown, unless `verbose`.
 from __future__ import annotations
 
 import contextlib
+import getpass
+import hashlib
 import logging
 import os
 import pickle
 import re
 import sys
 import tempfile
+import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -50,8 +63,17 @@ CONNECT_RETRIES = 5
 TASK_SCHEMA = "item long, result binary"
 # What a failed gRPC call (Spark Connect) says, within its multi-line repr.
 _GRPC_DETAILS = re.compile(r'^\s*details = "(.*)"$', re.MULTILINE)
+# What Spark says when an executor's Python daemon or worker fails to start, before its Java frames.
+_WORKER_ERROR = re.compile(r"^Error from python worker:\s*\n\s*(\S.*)$", re.MULTILINE)
 # More rows than any cluster has cores, so every one of `range`'s default partitions holds one.
 _PARALLELISM_PROBE_ROWS = 1 << 20
+# What executors fork their Python workers from: pyspark's daemon with memwal's imports done first.
+DAEMON_MODULE = "memwal_core.spark_daemon"
+# A shared Connect session closed by the server (idle past its timeout) is replaced by one named
+# after the hour, so clients still share one; Spark's default idle timeout is an hour.
+_FALLBACK_PERIOD = 3600
+# Sessions this process joined rather than opened: ending them must leave them to the others.
+_shared_sessions: set[str] = set()
 
 
 def check_spark_target(master: str | None, remote: str | None) -> None:
@@ -94,6 +116,7 @@ def spark_conf(master: str | None = None, conf: Mapping[str, str] | None = None)
         "spark.ui.showConsoleProgress": "false",
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
+        "spark.python.daemon.module": DAEMON_MODULE,
     }
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
@@ -137,8 +160,52 @@ def spark_session(
     return session
 
 
+def shared_session_ids(remote: str, now: float | None = None) -> list[str]:
+    """The session ids memwal's clients of `remote` share, first choice first: one per server and user,
+    then one for the current hour (should the server have closed the first)."""
+    server = remote.split("/;", 1)[0].rstrip("/")
+    hour = int((time.time() if now is None else now) // _FALLBACK_PERIOD)
+    labels = (f"{getpass.getuser()}@{server}", f"{getpass.getuser()}@{server}#{hour}")
+    return [str(uuid.UUID(bytes=hashlib.sha256(label.encode()).digest()[:16], version=4)) for label in labels]
+
+
+def with_session_id(remote: str, session_id: str) -> str:
+    """`remote` with a `session_id` parameter (sc://HOST:PORT/;name=value;...)."""
+    return (
+        f"{remote};session_id={session_id}"
+        if "/;" in remote
+        else f"{remote.rstrip('/')}/;session_id={session_id}"
+    )
+
+
 def connect_session(remote: str) -> SparkSession:
-    """A new Spark Connect session on `remote` (`sc://HOST:PORT`); no JVM in this process."""
+    """A Spark Connect session on `remote` (`sc://HOST:PORT`), shared with memwal's other clients of it;
+    no JVM in this process.
+
+    Every run joining the same session is what keeps the server's Python
+    workers warm between runs (see the module's docstring). A session the
+    server closed (idle past `spark.connect.session.manager.defaultSessionTimeout`)
+    cannot be joined again: the hour's session is joined instead, else a new
+    one of this process's own. A `session_id` named in `remote` is used as is.
+    """
+    if "session_id=" in remote:
+        return _connect(remote)
+    for session_id in shared_session_ids(remote):
+        session = _connect(with_session_id(remote, session_id))
+        try:
+            session.version  # noqa: B018  # the first call: it joins (or creates) the session
+        except Exception as exc:
+            session.client.close()
+            if "SESSION_CLOSED" not in str(exc):
+                raise
+            continue
+        _shared_sessions.add(session_id)
+        return session
+    return _connect(remote)
+
+
+def _connect(remote: str) -> SparkSession:
+    """A Connect session on `remote` with memwal's bounded retries."""
     from pyspark.sql.connect.client.retries import DefaultPolicy
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
@@ -149,6 +216,45 @@ def connect_session(remote: str) -> SparkSession:
     # The client warns before it raises; the error memwal reports says it once.
     warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
     return session
+
+
+def is_connect(session: SparkSession) -> bool:
+    """Whether `session` is a Spark Connect client (else a classic session of this process)."""
+    return type(session).__module__.startswith("pyspark.sql.connect")
+
+
+def end_session(session: SparkSession) -> None:
+    """End a Connect session memwal opened: one shared with other clients only loses this client's
+    channel (releasing it would close it for them all); one of its own is released on the server. A
+    classic session is the process's: it is left as it is."""
+    if not is_connect(session):
+        return
+    if cast(Any, session).session_id in _shared_sessions:
+        session.client.close()
+    else:
+        session.stop()
+
+
+@contextlib.contextmanager
+def described(session: SparkSession, description: str) -> Iterator[None]:
+    """Name the jobs this thread runs meanwhile, as Spark's UI and REST API show them.
+
+    A tag on both kinds of session (Spark Connect writes its own job
+    descriptions, but carries the client's tags to its jobs and its UI tab);
+    on a classic session, also the job description the Spark UI lists.
+    """
+    tag = "memwal " + description.replace(",", ";")
+    session.addTag(tag)
+    context = None if is_connect(session) else session.sparkContext
+    previous = context.getLocalProperty("spark.job.description") if context is not None else None
+    if context is not None:
+        context.setJobDescription(f"memwal {description}")
+    try:
+        yield
+    finally:
+        session.removeTag(tag)
+        if context is not None:
+            context.setJobDescription(previous)  # type: ignore[arg-type]
 
 
 @contextlib.contextmanager
@@ -216,7 +322,8 @@ def run_tasks(session: SparkSession, task: Callable[[T], R], items: Sequence[T],
     """
     count = len(items)
     frame = session.range(0, count, 1, numPartitions=count)
-    collected: Any = frame.mapInArrow(_task_runner(task, list(items)), TASK_SCHEMA).toArrow()
+    with described(session, what):
+        collected: Any = frame.mapInArrow(_task_runner(task, list(items)), TASK_SCHEMA).toArrow()
     by_item = dict(
         zip(collected.column("item").to_pylist(), collected.column("result").to_pylist(), strict=True)
     )
@@ -235,6 +342,9 @@ def executor_error(exc: Exception) -> str:
     grpc = _GRPC_DETAILS.search(text)  # a Connect server gone: gRPC's own status text
     if grpc is not None:
         return first_line(grpc.group(1))
+    worker = _WORKER_ERROR.search(text)  # a Python worker that did not start (memwal missing there?)
+    if worker is not None:
+        return f"Python workers did not start: {first_line(worker.group(1))}"
     lines = text.splitlines()
     frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
     after = lines[frames[-1] + 1 :] if frames else []

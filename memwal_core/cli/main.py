@@ -30,7 +30,16 @@ from memwal_core.services.compact import (
     DEFAULT_TARGET_ROWS,
     compact,
 )
-from memwal_core.services.engine import ENGINES, Engine, engine_named
+from memwal_core.services.engine import (
+    DEFAULT_SPARK_MIN_BYTES,
+    DEFAULT_SPARK_MIN_ROWS,
+    ENGINES,
+    Engine,
+    SparkEngine,
+    SparkThreshold,
+    SparkWhereItPays,
+    engine_named,
+)
 from memwal_core.services.gc.rules import (
     DEFAULT_FENCE_RETENTION_SECONDS,
     DEFAULT_GRACE_SECONDS,
@@ -148,10 +157,13 @@ def _cmd_retain(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     return result, 0
 
 
-def _engine_arguments(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument(
-        "--engine", choices=ENGINES, help=f"{what} (default: spark when a Spark URL is named, else local)"
+def _engine_arguments(parser: argparse.ArgumentParser, what: str, *, per_round: bool = False) -> None:
+    default = (
+        "spark for a round worth it when a Spark URL is named"
+        if per_round
+        else "spark when a Spark URL is named"
     )
+    parser.add_argument("--engine", choices=ENGINES, help=f"{what} (default: {default}, else local)")
     parser.add_argument(
         "--spark-master", metavar="URL", help="Spark master (default: MEMWAL_SPARK_MASTER or local[*,2])"
     )
@@ -160,17 +172,49 @@ def _engine_arguments(parser: argparse.ArgumentParser, what: str) -> None:
         metavar="URL",
         help="Spark Connect server, sc://HOST:PORT (default: MEMWAL_SPARK_REMOTE); not with --spark-master",
     )
+    if per_round:
+        parser.add_argument(
+            "--spark-min-rows",
+            type=count(0),
+            metavar="N",
+            help="without --engine: a round of fewer rows (and fewer bytes than --spark-min-bytes) runs in "
+            f"this process, not on Spark (default {DEFAULT_SPARK_MIN_ROWS:,}; 0: every round on Spark)",
+        )
+        parser.add_argument(
+            "--spark-min-bytes",
+            type=count(0),
+            metavar="B",
+            help=f"without --engine: see --spark-min-rows (default {DEFAULT_SPARK_MIN_BYTES:,})",
+        )
     parser.add_argument("--verbose", action="store_true", help="also show Spark's own logs")
 
 
 def _engine(args: argparse.Namespace) -> Engine:
-    """The engine `--engine` names; one this process runs in threads unless a Spark URL is named, on
-    the command line or in MEMWAL_SPARK_MASTER / MEMWAL_SPARK_REMOTE."""
+    """The engine `--engine` names. Without it, threads of this process unless a Spark URL is named, on
+    the command line or in MEMWAL_SPARK_MASTER / MEMWAL_SPARK_REMOTE, or a Spark threshold is given:
+    then Spark for the rounds over the threshold (a merge's or a compaction's), this process for the rest."""
     from memwal_core.spark_session import spark_target
 
     if args.engine == "local" and (args.spark_master or args.spark_remote):
         raise BadInputError("--spark-master and --spark-remote need --engine spark")
+    minimum = getattr(args, "spark_min_rows", None), getattr(args, "spark_min_bytes", None)
+    if args.engine and minimum != (None, None):
+        raise BadInputError(
+            "--spark-min-rows and --spark-min-bytes choose the engine per round: not with --engine"
+        )
     master, remote = spark_target(args.spark_master, args.spark_remote)
+    if (
+        args.engine is None
+        and hasattr(args, "spark_min_rows")
+        and (master or remote or minimum != (None, None))
+    ):
+        rows, size = minimum
+        threshold = SparkThreshold(
+            DEFAULT_SPARK_MIN_ROWS if rows is None else rows,
+            DEFAULT_SPARK_MIN_BYTES if size is None else size,
+        )
+        spark = SparkEngine(master=master, remote=remote, verbose=args.verbose)
+        return SparkWhereItPays(spark, threshold)
     kind = args.engine or ("spark" if master or remote else "local")
     return engine_named(kind, spark_master=master, spark_remote=remote, verbose=args.verbose)
 
@@ -268,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how each batch commits: chosen per commit (auto), one commit with a delete clause (single), "
         "or a fenced delete commit then the marked upsert (two-step)",
     )
-    _engine_arguments(p, "where generations are collapsed")
+    _engine_arguments(p, "where generations are collapsed", per_round=True)
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.set_defaults(run=_cmd_merge)
 
@@ -317,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_snapshot)
 
     p = sub.add_parser("compact", parents=[common], help="compact the base table's fragments")
-    _engine_arguments(p, "where Lance's rewrite tasks run")
+    _engine_arguments(p, "where Lance's rewrite tasks run", per_round=True)
     p.add_argument(
         "--target-rows",
         type=count(),

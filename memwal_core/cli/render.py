@@ -37,6 +37,11 @@ def dry_run_mark(result: ServiceResult) -> str:
     return " [dry run]" if result.dry_run else ""
 
 
+def engine_text(engine: str, reason: str) -> str:
+    """`local engine`, or with why a round went there: `local engine: 1,766 rows < spark_min_rows ...`."""
+    return f"{engine} engine" if reason == "named" else f"{engine} engine: {reason}"
+
+
 @singledispatch
 def render(result: ServiceResult) -> str:
     """The text form of a service result."""
@@ -73,7 +78,8 @@ def _init(result: InitResult) -> str:
 
 @render.register
 def _merge(result: MergeResult) -> str:
-    lines = [f"merge of {result.table} ({result.engine} engine){dry_run_mark(result)}"]
+    engine = engine_text(result.engine, result.engine_reason)
+    lines = [f"merge of {result.table} ({engine}){dry_run_mark(result)}"]
     if result.dry_run and result.plan is not None:
         for p in result.plan.regions:
             lines.append(f"  {p.region}  would merge {[g.generation for g in p.generations]}")
@@ -175,7 +181,8 @@ def _snapshot(result: SnapshotResult) -> str:
 
 @render.register
 def _compaction(result: CompactionResult) -> str:
-    head = f"compaction of {result.table} ({result.engine} engine){dry_run_mark(result)}"
+    engine = engine_text(result.engine, result.engine_reason)
+    head = f"compaction of {result.table} ({engine}){dry_run_mark(result)}"
     if not result.plan.tasks:
         return f"{head}\n  nothing to compact ({plural(result.fragments_before, 'fragment')})"
     verb = "would rewrite" if result.dry_run else "rewrote"

@@ -55,6 +55,7 @@ class CompactionPlan:
     options: dict[str, Any]
     tasks: tuple[bytes, ...]
     rows: int
+    bytes: int
     fragments_before: int
     tasks_left_out: int
 
@@ -66,6 +67,8 @@ class CompactionResult(ServiceResult):
     DEPRECATED_NAMES: ClassVar[Mapping[str, str]] = {"table_version": "version_after"}
 
     engine: str
+    # Why the rewrite ran on `engine`: "named", or its size against the Spark threshold.
+    engine_reason: str
     plan: CompactionPlan = field(repr=False, metadata=NOT_IN_JSON)
     fragments_before: int
     fragments_after: int
@@ -109,6 +112,7 @@ def plan_compaction(
         dict(options),
         tuple(pickle.dumps(task) for task in chosen),
         sum(f.physical_rows for task in chosen for f in task.fragments),
+        sum(d.file_size_bytes or 0 for task in chosen for f in task.fragments for d in f.files),
         len(dataset.get_fragments()),
         max(0, plan.num_tasks() - max_tasks),
     )
@@ -160,13 +164,15 @@ def compact(
     started = time.perf_counter()
     if dry_run:
         plan = make_plan()
+        chosen = engine.for_round(plan.rows, plan.bytes)
         seconds = time.perf_counter() - started
         return CompactionResult(
             table=table.uri,
             read_version=plan.read_version,
             dry_run=True,
             seconds=seconds,
-            engine=engine.name,
+            engine=chosen.engine.name,
+            engine_reason=chosen.reason,
             plan=plan,
             fragments_before=plan.fragments_before,
             fragments_after=plan.fragments_before,
@@ -180,9 +186,10 @@ def compact(
     with details_lease(table.store, wait=lease_wait) as lease:
         caught_up_before = table.index_details().index_catchup
         plan = make_plan()
+        chosen = engine.for_round(plan.rows, plan.bytes)
         planned = time.perf_counter()
         rewrite = _rewrite_task(plan.table_uri, plan.read_version, table.storage_options)
-        done = engine.run(rewrite, plan.tasks, what=f"compaction ({len(plan.tasks)} rewrite task(s))")
+        done = chosen.engine.run(rewrite, plan.tasks, what=f"compaction ({len(plan.tasks)} rewrite task(s))")
         results = [pickle.loads(blob) for blob in done]
         executed = time.perf_counter()
         lease.ensure()  # LeaseLostError here, before the commit, if a merger took over meanwhile
@@ -209,7 +216,8 @@ def compact(
         read_version=plan.read_version,
         new_version=latest.version if results else None,
         seconds=finished - started,
-        engine=engine.name,
+        engine=chosen.engine.name,
+        engine_reason=chosen.reason,
         plan=plan,
         fragments_before=plan.fragments_before,
         fragments_after=len(latest.get_fragments()),

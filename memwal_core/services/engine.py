@@ -8,6 +8,13 @@ Spark task per item on executors, which are other processes, perhaps on
 other hosts: it is `remote`, so whatever a task produces beyond a small
 result must go through the table's storage, never through memory.
 
+Spark has fixed costs (a session, Python workers, tasks scheduled and their
+results shipped back) that a small round never earns back, so the engine a
+pipeline names `spark` is `SparkWhereItPays`: each round asks
+`for_round(rows, bytes)`, and a round smaller than its `SparkThreshold` runs
+on threads of this process without importing pyspark or opening a session.
+An engine named outright (`SparkEngine`, `--engine spark`) runs every round.
+
 Either way a task's `MemwalError` comes back as itself (bad input found on an
 executor still exits 2), and any other failure as one `EngineJobError`
 naming the job, so callers handle one shape of failure whatever ran it.
@@ -18,9 +25,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, NamedTuple, TypeVar
 
-from memwal_core.arguments import Count, checked
+from memwal_core.arguments import Amount, Count, check_fields, checked
 from memwal_core.errors import BadInputError, EngineJobError, MemwalError, first_line
 
 if TYPE_CHECKING:
@@ -32,6 +40,17 @@ R = TypeVar("R")
 # Tasks at once in one process: Lance's reads and rewrites and pandas release the GIL for most of theirs.
 DEFAULT_THREADS = 8
 ENGINES = ("local", "spark")
+# The smallest round Spark runs by default: below both, Spark's fixed costs outweigh what it adds
+# (the crossover measured by bench/spark.py, docs/spark.md).
+DEFAULT_SPARK_MIN_ROWS = 500_000
+DEFAULT_SPARK_MIN_BYTES = 256 << 20
+
+
+class Chosen(NamedTuple):
+    """The engine a round runs on, and why (as the CLI's report and a run's metadata say it)."""
+
+    engine: Engine
+    reason: str
 
 
 class Engine(ABC):
@@ -53,6 +72,10 @@ class Engine(ABC):
         `waiting`: tasks mostly wait on storage, so an engine running them in
         this process may run up to that many at once (its threads are sized for CPU).
         """
+
+    def for_round(self, rows: int, size: int) -> Chosen:
+        """The engine a round of `rows` rows and `size` bytes runs on: this one, as it was named."""
+        return Chosen(self, "named")
 
 
 class LocalEngine(Engine):
@@ -85,8 +108,9 @@ class LocalEngine(Engine):
 class SparkEngine(Engine):
     """One Spark task per item, on the injected session or one started (or connected) on first use.
 
-    The session is injected where a caller owns it (a Dagster run, a test's
-    shared session); otherwise `spark_session(master=..., remote=...)` starts
+    The session is injected where a caller owns it (a test's shared session),
+    or its factory (`open_session`: a Dagster run's, built on first use);
+    otherwise `spark_session(master=..., remote=...)` starts
     a classic one or connects to a Spark Connect server (`sc://`) only when a
     job first needs it, so building the engine costs nothing. Tasks go
     through the DataFrame API alone (a range of item indexes, `mapInArrow`,
@@ -103,6 +127,7 @@ class SparkEngine(Engine):
         self,
         session: SparkSession | None = None,
         *,
+        open_session: Callable[[], SparkSession] | None = None,
         master: str | None = None,
         remote: str | None = None,
         verbose: bool = False,
@@ -111,6 +136,7 @@ class SparkEngine(Engine):
 
         check_spark_target(master, remote)
         self._session = session
+        self._open_session = open_session
         self._master = master
         self._remote = remote
         self._verbose = verbose
@@ -119,6 +145,8 @@ class SparkEngine(Engine):
 
     @property
     def session(self) -> SparkSession:
+        if self._session is None and self._open_session is not None:
+            self._session = self._open_session()
         if self._session is None:
             from memwal_core.spark_session import spark_session, spark_target
 
@@ -133,7 +161,9 @@ class SparkEngine(Engine):
         An injected session is its owner's, and a classic one the process's: both are left as they are.
         """
         if self._opened_remote and self._session is not None:
-            self._session.stop()
+            from memwal_core.spark_session import end_session
+
+            end_session(self._session)
             self._session = None
 
     def _failed(self, what: str, exc: Exception) -> MemwalError:
@@ -175,6 +205,56 @@ class SparkEngine(Engine):
             raise
         except Exception as exc:  # a PySpark (classic or Connect) error wrapping the executor's traceback
             raise self._failed(what, exc) from exc
+
+
+@dataclass(frozen=True)
+class SparkThreshold:
+    """The smallest round worth Spark: one below both figures runs in this process."""
+
+    min_rows: Amount = DEFAULT_SPARK_MIN_ROWS
+    min_bytes: Amount = DEFAULT_SPARK_MIN_BYTES
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def reason(self, rows: int, size: int) -> tuple[bool, str]:
+        """Whether a round this big goes to Spark, and why in words."""
+        figures = (
+            f"{rows:,} rows {{}} spark_min_rows {self.min_rows:,}",
+            f"{size / (1 << 20):,.1f} MiB {{}} spark_min_bytes {self.min_bytes / (1 << 20):,.0f} MiB",
+        )
+        if rows < self.min_rows and size < self.min_bytes:
+            return False, " and ".join(f.format("<") for f in figures)
+        return True, figures[0].format(">=") if rows >= self.min_rows else figures[1].format(">=")
+
+
+class SparkWhereItPays(Engine):
+    """Spark for the rounds big enough to pay for it, threads of this process for the others.
+
+    Stands for `spark` where a pipeline names the engine of a kind of work
+    (`merge_engine: spark`); a service asks `for_round` once it knows a
+    round's size. Used without asking (an ingestion), it is the Spark engine.
+    """
+
+    name = "spark"
+    remote = True
+
+    def __init__(self, spark: SparkEngine, threshold: SparkThreshold | None = None) -> None:
+        self.spark = spark
+        self.threshold = threshold or SparkThreshold()
+        self.local = LocalEngine()
+
+    def for_round(self, rows: int, size: int) -> Chosen:
+        pays, reason = self.threshold.reason(rows, size)
+        return Chosen(self.spark if pays else self.local, reason)
+
+    def parallelism(self) -> int:
+        return self.spark.parallelism()
+
+    def run(
+        self, task: Callable[[T], R], items: Sequence[T], *, what: str, waiting: int | None = None
+    ) -> list[R]:
+        return self.spark.run(task, items, what=what, waiting=waiting)
 
 
 def engine_named(

@@ -7,7 +7,9 @@ Connect are in their own test files, beside their classic runs.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +28,7 @@ from memwal_core.services.engine import Engine, SparkEngine
 from memwal_core.services.merge.commit import SINGLE, TWO_STEP
 from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
+from memwal_core.spark_session import shared_session_ids
 from memwal_pipelines.resources import pipeline_spark_config
 from memwal_pipelines.warm_spark import warm_home, warm_spark
 from tests.support.cli import run_cli
@@ -123,7 +126,7 @@ def test_connect_server_killed_mid_merge_one_error_progress_kept_rerun_converges
         server_pid = doomed.pid
         assert server_pid is not None
         merging = subprocess.Popen(
-            [sys.executable, "-m", "memwal_core.cli.main", "merge", uri, "--spark-remote", doomed.url],
+            [sys.executable, "-m", "memwal_core.cli.main", "merge", uri, "--engine", "spark", "--spark-remote", doomed.url],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -138,7 +141,7 @@ def test_connect_server_killed_mid_merge_one_error_progress_kept_rerun_converges
     assert merging.returncode == 1, (stdout, stderr)
     assert len(stderr.splitlines()) == 1 and "Spark" in stderr, stderr
     assert progress(uri) == before and MemWalTable(uri).dataset().version == version
-    done = run_cli("merge", uri, "--spark-remote", connect_server.url, cwd=tmp_path)
+    done = run_cli("merge", uri, "--engine", "spark", "--spark-remote", connect_server.url, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     after = progress(uri)
     assert all(after[r] > before[r] for r in before)
@@ -164,15 +167,54 @@ def test_a_live_warm_server_is_reused_and_left_running(
 
 
 def test_the_environment_names_the_engine_as_the_command_line_does(tmp_path: Path) -> None:
-    """MEMWAL_SPARK_REMOTE alone selects Spark: with its server down the merge fails in one line, changing
-    nothing, instead of merging in this process; `--engine local` still merges here."""
+    """MEMWAL_SPARK_REMOTE alone selects Spark for the rounds worth it: a small one merges in this process
+    without importing pyspark (the server is down and never asked), and says why; with the threshold at 0
+    the round goes to Spark and fails in one line, changing nothing."""
     uri = str(tmp_path / "demo")
     write_demo_table(uri, base_rows=50, regions=1, rounds=1, rows_per_generation=10)
     version = MemWalTable(uri).dataset().version
     dead = {"MEMWAL_SPARK_REMOTE": f"sc://127.0.0.1:{free_ports(1)[0]}"}
-    done = run_cli("merge", "demo", cwd=tmp_path, env=dead)
-    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert dead["MEMWAL_SPARK_REMOTE"].removeprefix("sc://") in done.stderr
+    forced = run_cli("merge", "demo", "--spark-min-rows", "0", cwd=tmp_path, env=dead)
+    assert forced.returncode == 1 and len(forced.stderr.strip().splitlines()) == 1, forced.stderr
+    assert dead["MEMWAL_SPARK_REMOTE"].removeprefix("sc://") in forced.stderr
     assert MemWalTable(uri).dataset().version == version, "a failed merge committed"
-    local = run_cli("merge", "demo", "--engine", "local", cwd=tmp_path, env=dead)
-    assert local.returncode == 0 and "(local engine)" in local.stdout, local.stdout + local.stderr
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "memwal_core.cli.main", "merge", "demo", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, **dead, "PYTHONPATH": str(PROJECT_ROOT)},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    payload = json.loads(done.stdout)
+    assert payload["engine"] == "local" and payload["generations_merged"] > 0
+    assert re.fullmatch(
+        r"\d+ rows < spark_min_rows 500,000 and 0\.0 MiB < spark_min_bytes 256 MiB", payload["engine_reason"]
+    ), payload["engine_reason"]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "pyspark" not in imported and "memwal_core.services.merge.collapse" in imported
+    refused = run_cli("merge", "demo", "--engine", "spark", "--spark-min-rows", "0", cwd=tmp_path, env=dead)
+    assert refused.returncode == 2 and "not with --engine" in refused.stderr, refused.stderr
+
+
+def test_memwal_clients_of_a_server_share_one_session_and_its_warm_workers(connect_server: Any) -> None:
+    """Runs join one session per server (so its Python workers outlive a run); one ending leaves it to the
+    others, and a session the server closed is replaced by the hour's."""
+    first, second = SparkEngine(remote=connect_server.url), SparkEngine(remote=connect_server.url)
+    shared = shared_session_ids(connect_server.url)
+    assert first.session.session_id == second.session.session_id == shared[0]
+
+    def loaded(_item: int) -> bool:
+        return "lance" in sys.modules  # imported by memwal's daemon before the worker forked
+
+    assert first.run(loaded, [0, 1], what="imports") == [True, True]
+    first.close()
+    assert second.run(loaded, [0], what="after another client ended") == [True]
+    second.session.stop()  # releases it on the server: nobody can join it again
+    third = SparkEngine(remote=connect_server.url)
+    try:
+        assert third.session.session_id == shared[1]
+        assert third.run(loaded, [0], what="on the hour's session") == [True]
+    finally:
+        third.close()

@@ -37,7 +37,7 @@ from memwal_core.services.spark_read.plan import ReadSlice, SourcePlan, plan_sou
 from memwal_core.services.spark_read.rows import read_slice
 from memwal_core.services.spark_read.source import MemWalReader
 from memwal_core.services.status import status
-from memwal_core.spark_session import connect_session
+from memwal_core.spark_session import connect_session, end_session
 from tests.support.model import ModelTable
 from tests.support.schema import key_field
 from tests.support.tables import lsm_rows_at
@@ -54,7 +54,7 @@ def connect(connect_server: Any) -> Iterator[Any]:
     session = connect_session(connect_server.url)
     register_spark_source(session)
     yield session
-    session.stop()
+    end_session(session)
 
 
 @pytest.fixture(params=["classic", "connect"])

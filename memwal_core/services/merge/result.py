@@ -71,6 +71,8 @@ class MergeResult(ServiceResult):
     engine: str
     regions: list[RegionMergeResult]
     seconds_plan: float
+    # Why the round ran on `engine`: "named", or its backlog against the Spark threshold.
+    engine_reason: str = "named"
     batches: list[BatchResult] = field(default_factory=list)
     busy_regions: list[str] = field(default_factory=list)
     plan: MergePlan | None = field(default=None, repr=False, metadata=NOT_IN_JSON)

@@ -71,7 +71,8 @@ def merge(
     `max_generations` caps what each region merges in this round; `budget`
     caps what one batch collapses (default: a share of the machine's memory);
     `commit_form` forces how batches commit (see `commit.py`; default: chosen per commit);
-    `engine` runs the collapse (default: `LocalEngine()`, threads of this process).
+    `engine` runs the collapse (default: `LocalEngine()`, threads of this process); it chooses by the
+    round's backlog (`Engine.for_round`), so `SparkWhereItPays` keeps a small round in this process.
 
     Example:
         >>> with MemWalTable.open("demo/table") as table:  # doctest: +SKIP
@@ -84,6 +85,9 @@ def merge(
     retry = retry or RetryPolicy(attempts=5, base_delay=0.2, max_delay=5.0)
     started = time.perf_counter()
     plan = plan_merge(table, regions=regions, max_generations=max_generations)
+    engine, engine_reason = engine.for_round(
+        sum(p.rows for p in plan.regions), sum(p.bytes for p in plan.regions)
+    )
     planned = time.perf_counter()
     merged: list[RegionMergeResult] = []
     batches: list[BatchResult] = []
@@ -130,6 +134,7 @@ def merge(
         failures=failures,
         seconds=time.perf_counter() - started,
         engine=engine.name,
+        engine_reason=engine_reason,
         regions=merged,
         batches=batches,
         busy_regions=busy,

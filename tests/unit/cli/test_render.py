@@ -10,12 +10,13 @@ from memwal_core.services.consistency import ConsistencyResult
 
 
 def nothing_to_compact(fragments: int) -> CompactionResult:
-    plan = CompactionPlan("t", 3, {}, (), 0, fragments, 0)
+    plan = CompactionPlan("t", 3, {}, (), 0, 0, fragments, 0)
     return CompactionResult(
         table="t",
         read_version=3,
         seconds=0.1,
         engine="local",
+        engine_reason="named",
         plan=plan,
         fragments_before=fragments,
         fragments_after=fragments,

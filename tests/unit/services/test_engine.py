@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
 from memwal_core.errors import BadInputError
-from memwal_core.services.engine import DEFAULT_THREADS, LocalEngine, SparkEngine, engine_named
+from memwal_core.services.engine import (
+    DEFAULT_THREADS,
+    LocalEngine,
+    SparkEngine,
+    SparkThreshold,
+    SparkWhereItPays,
+    engine_named,
+)
 from tests.support.engines import check_engine_contract
 
 
@@ -53,3 +61,36 @@ def test_tasks_that_wait_on_storage_may_run_more_at_once_than_threads(
         i * 2 for i in range(12)
     ]
     assert running[1] == at_once
+
+
+def test_a_round_below_both_figures_stays_local_and_says_why() -> None:
+    threshold = SparkThreshold(min_rows=1000, min_bytes=1 << 20)
+    assert threshold.reason(999, (1 << 20) - 1) == (
+        False,
+        "999 rows < spark_min_rows 1,000 and 1.0 MiB < spark_min_bytes 1 MiB",
+    )
+    assert threshold.reason(1000, 0) == (True, "1,000 rows >= spark_min_rows 1,000")
+    assert threshold.reason(5, 3 << 20) == (True, "3.0 MiB >= spark_min_bytes 1 MiB")
+    assert SparkThreshold(0, 0).reason(0, 0)[0], "a zero threshold sends every round to Spark"
+    with pytest.raises(BadInputError, match="SparkThreshold min_rows must be at least 0"):
+        SparkThreshold(-1)
+
+
+def test_spark_where_it_pays_opens_no_session_for_a_small_round() -> None:
+    opened: list[int] = []
+
+    def open_session() -> Any:
+        opened.append(1)
+        raise AssertionError("a session was opened")
+
+    spark = SparkEngine(open_session=open_session)
+    engine = SparkWhereItPays(spark, SparkThreshold(min_rows=100, min_bytes=1000))
+    small = engine.for_round(99, 999)
+    assert isinstance(small.engine, LocalEngine) and small.reason.startswith("99 rows < spark_min_rows 100")
+    assert small.engine.run(lambda x: x + 1, [1, 2], what="test") == [2, 3]
+    large = engine.for_round(100, 0)
+    assert large.engine is spark and large.reason == "100 rows >= spark_min_rows 100"
+    assert (engine.name, engine.remote) == ("spark", True)
+    named = LocalEngine()
+    assert named.for_round(10**9, 10**12) == (named, "named"), "an engine named outright runs every round"
+    assert opened == [], "choosing an engine opened a session"
