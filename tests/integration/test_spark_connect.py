@@ -126,7 +126,17 @@ def test_connect_server_killed_mid_merge_one_error_progress_kept_rerun_converges
         server_pid = doomed.pid
         assert server_pid is not None
         merging = subprocess.Popen(
-            [sys.executable, "-m", "memwal_core.cli.main", "merge", uri, "--engine", "spark", "--spark-remote", doomed.url],
+            [
+                sys.executable,
+                "-m",
+                "memwal_core.cli.main",
+                "merge",
+                uri,
+                "--engine",
+                "spark",
+                "--spark-remote",
+                doomed.url,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
