@@ -38,6 +38,11 @@ _MEMWAL_ROOT = str(Path(__file__).resolve().parent.parent)
 SESSION_TIMEOUT = "30d"
 
 
+def _started(slot: int) -> int:
+    """The warm-up's task: nothing beyond a Python worker started on the server."""
+    return slot
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind((LOOPBACK, 0))
@@ -104,9 +109,15 @@ class ConnectServer:
         return server if server.running() else None
 
     def start(
-        self, *, master: str = DEFAULT_MASTER, conf: Mapping[str, str] | None = None, timeout: float = 180.0
+        self,
+        *,
+        master: str = DEFAULT_MASTER,
+        conf: Mapping[str, str] | None = None,
+        timeout: float = 180.0,
+        warm: bool = True,
     ) -> None:
-        """Start the server and wait until it accepts clients; a failure names its log."""
+        """Start the server, wait until it accepts clients and (unless not `warm`) warm it; a failure
+        names its log."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.home / "conf").mkdir(exist_ok=True)
         settings = {
@@ -154,6 +165,8 @@ class ConnectServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and (pid := self.pid) is not None:
             if _accepts(self.port):
+                if warm:
+                    self._warm()
                 (self.home / STATE_FILE).write_text(json.dumps({"port": self.port, "pid": pid}))
                 return
             time.sleep(0.2)
@@ -161,6 +174,23 @@ class ConnectServer:
         raise MemwalError(
             f"the Spark Connect server did not start on {self.url}; see its log in {self.log_dir}"
         )
+
+    def _warm(self) -> None:
+        """Run one job on every task slot in the session memwal's clients share, so the first run finds
+        the JVM's planning code compiled and the Python daemon and workers started: it costs what later
+        runs do. A server whose workers cannot start is stopped, and why said."""
+        from memwal_core.spark_session import connect_session, default_parallelism, executor_error, run_tasks
+
+        session = connect_session(self.url)
+        try:
+            run_tasks(session, _started, range(default_parallelism(session)), what="warm-up")
+        except Exception as exc:
+            self.stop()
+            raise MemwalError(
+                f"the Spark Connect server on {self.url} cannot run tasks: {executor_error(exc)}"
+            ) from exc
+        finally:
+            session.client.close()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the server JVM by its PID (TERM, then KILL) and forget it."""

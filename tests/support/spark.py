@@ -151,9 +151,9 @@ def lance_probe(session: SparkSession, uris: Sequence[str]) -> list[dict[str, An
 
 
 class StandaloneSpark(LoopbackService):
-    """A Spark standalone master and one worker, both JVMs on 127.0.0.1, stopped by PID.
+    """A Spark standalone master and its workers (one by default), JVMs on 127.0.0.1, stopped by PID.
 
-    Starts in the constructor (unless `start=False`) and blocks until the
+    Starts in the constructor (unless `start=False`) and blocks until every
     worker has registered with the master. Logs, the worker's work dir and
     local dirs live in a private temp directory that `stop()` removes.
     """
@@ -163,6 +163,7 @@ class StandaloneSpark(LoopbackService):
         *,
         cores: int = 2,
         memory: str = "2g",
+        workers: int = 1,
         start: bool = True,
         start_timeout: float = 180.0,
         base_dir: str | os.PathLike[str] | None = None,
@@ -172,13 +173,15 @@ class StandaloneSpark(LoopbackService):
         super().__init__(prefix="memwal-spark-", start_timeout=start_timeout, base_dir=base_dir)
         self.cores = cores
         self.memory = memory
+        self.workers = workers
         self.spark_home = Path(pyspark.__file__).parent
         self.master_log = self.root / "master.log"
-        self.worker_log = self.root / "worker.log"
-        self.master_port = self.master_ui_port = self.worker_port = self.worker_ui_port = 0
+        self.worker_logs = [self.root / f"worker-{n}.log" for n in range(1, workers + 1)]
+        self.master_port = self.master_ui_port = 0
+        self.worker_ports: list[tuple[int, int]] = []
         self._pick_ports()
         self._master: subprocess.Popen[bytes] | None = None
-        self._worker: subprocess.Popen[bytes] | None = None
+        self._workers: list[subprocess.Popen[bytes]] = []
         self._logs: list[IO[bytes]] = []
         if start:
             self.start()
@@ -195,8 +198,8 @@ class StandaloneSpark(LoopbackService):
 
     @property
     def pids(self) -> dict[str, int]:
-        """PIDs (and process-group ids) of the running master and worker."""
-        running = {"master": self._master, "worker": self._worker}
+        """PIDs (and process-group ids) of the running master and workers."""
+        running = {"master": self._master, **{f"worker-{n}": w for n, w in enumerate(self._workers, 1)}}
         return {name: proc.pid for name, proc in running.items() if proc is not None}
 
     def stop(self, timeout: float = 15.0) -> None:
@@ -216,10 +219,10 @@ class StandaloneSpark(LoopbackService):
         return report
 
     def client_conf(self) -> dict[str, str]:
-        """Settings for a driver that uses this cluster (fits in one worker)."""
+        """Settings for a driver that uses this cluster: one executor of `cores` cores per worker."""
         return {
             **loopback_spark_conf(self.master_url),
-            "spark.cores.max": str(self.cores),
+            "spark.cores.max": str(self.cores * self.workers),
             "spark.executor.cores": str(self.cores),
             "spark.executor.memory": "1g",
         }
@@ -300,7 +303,8 @@ class StandaloneSpark(LoopbackService):
         self._logs.clear()
 
     def _pick_ports(self) -> None:
-        self.master_port, self.master_ui_port, self.worker_port, self.worker_ui_port = free_ports(4)
+        self.master_port, self.master_ui_port, *ports = free_ports(2 + 2 * self.workers)
+        self.worker_ports = list(zip(ports[::2], ports[1::2], strict=True))
 
     def _launch(self) -> None:
         self._master = self._spawn(
@@ -308,31 +312,27 @@ class StandaloneSpark(LoopbackService):
             ["--host", LOOPBACK, "--port", str(self.master_port), "--webui-port", str(self.master_ui_port)],
             self.master_log,
         )
-        self._worker = self._spawn(
-            "org.apache.spark.deploy.worker.Worker",
-            [
-                self.master_url,
-                "--host",
-                LOOPBACK,
-                "--port",
-                str(self.worker_port),
-                "--webui-port",
-                str(self.worker_ui_port),
-                "--cores",
-                str(self.cores),
-                "--memory",
-                self.memory,
-                "--work-dir",
-                str(self.root / "work"),
-            ],
-            self.worker_log,
-        )
+        self._workers = [
+            self._spawn(
+                "org.apache.spark.deploy.worker.Worker",
+                [
+                    self.master_url,
+                    *("--host", LOOPBACK, "--port", str(port), "--webui-port", str(ui_port)),
+                    *("--cores", str(self.cores), "--memory", self.memory),
+                    *("--work-dir", str(self.root / f"work-{n}")),
+                ],
+                log,
+            )
+            for n, ((port, ui_port), log) in enumerate(
+                zip(self.worker_ports, self.worker_logs, strict=True), 1
+            )
+        ]
 
     def _stop_processes(self, timeout: float) -> None:
-        for proc in (self._worker, self._master):
+        for proc in (*self._workers, self._master):
             if proc is not None:
                 stop_process_group(proc, timeout)
-        self._worker = None
+        self._workers = []
         self._master = None
 
     def _env(self) -> dict[str, str]:
@@ -380,13 +380,13 @@ class StandaloneSpark(LoopbackService):
         deadline = time.monotonic() + self.start_timeout
         last: object = None
         while time.monotonic() < deadline:
-            for name, proc in (("master", self._master), ("worker", self._worker)):
+            for name, proc in (("master", self._master), *(("worker", w) for w in self._workers)):
                 if proc is None or proc.poll() is not None:
                     raise EarlyExit(f"spark {name} exited during start-up")
             try:
                 report = self.status()
                 last = {key: report.get(key) for key in ("status", "aliveworkers")}
-                if report.get("status") == "ALIVE" and int(report.get("aliveworkers", 0)) >= 1:
+                if report.get("status") == "ALIVE" and int(report.get("aliveworkers", 0)) >= self.workers:
                     return
             except (OSError, ValueError, urllib.error.URLError) as exc:
                 last = exc
@@ -397,7 +397,7 @@ class StandaloneSpark(LoopbackService):
         )
 
     def _log_tails(self) -> str:
-        return "\n".join(f"--- {path}\n{log_tail(path, 25)}" for path in (self.master_log, self.worker_log))
+        return "\n".join(f"--- {path}\n{log_tail(path, 25)}" for path in (self.master_log, *self.worker_logs))
 
 
 def _main(argv: list[str] | None = None) -> int:
