@@ -41,9 +41,10 @@ os.environ.setdefault("LANCE_LOG", "error")
 from bench.merge import spark_engine
 from memwal_core.model.evolution import TableFields
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.defaults import SINGLE
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.collapse import collapse_tables, read_generation
-from memwal_core.services.merge.commit import SINGLE, CommitPlan, commit_batch, commit_region
+from memwal_core.services.merge.commit import CommitPlan, commit_batch, commit_region
 from memwal_core.services.merge.plan import plan_merge
 from memwal_core.services.merge.service import merge
 

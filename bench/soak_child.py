@@ -395,8 +395,8 @@ def hold_after_fenced_delete(control: Path, name: str) -> None:
 
 def _merge(table: Any, args: argparse.Namespace) -> dict[str, Any]:
     """One round with a random commit form, batch budget and generation cap, on this merger's engine."""
+    from memwal_core.services.defaults import COMMIT_FORMS
     from memwal_core.services.merge.batch import MergeBudget
-    from memwal_core.services.merge.commit import COMMIT_FORMS
     from memwal_core.services.merge.service import merge
 
     engine = args.merge_engine

@@ -64,7 +64,7 @@ from pydantic_core import PydanticCustomError
 
 from memwal_core.arguments import Range
 from memwal_core.errors import BadInputError
-from memwal_core.services.compact import DEFAULT_TARGET_ROWS
+from memwal_core.services.defaults import DEFAULT_TARGET_ROWS
 from memwal_core.services.gc.rules import (
     DEFAULT_FENCE_RETENTION_SECONDS,
     DEFAULT_GRACE_SECONDS,

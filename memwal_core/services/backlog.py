@@ -83,7 +83,7 @@ class TableBacklog:
 
 def backlog(table: MemWalTable, regions: Iterable[str] | None = None) -> TableBacklog:
     """Every region's backlog (or the named regions') at the latest table version (changes nothing)."""
-    version = table.dataset().version
+    version = table.latest_version()
     details = table.index_details(version)
     return backlog_of(table, version, details, read_hinted(table, details, regions))
 
@@ -137,7 +137,7 @@ def backlog_since(table: MemWalTable, seen: Mapping[str, tuple[int, RegionBacklo
     HEAD; any other region is read in full, starting from its seen version (or, for a
     region not seen before, the stored region snapshot's).
     """
-    version = table.dataset().version
+    version = table.latest_version()
     details = table.index_details(version)
     ids = table.region_ids()
     hints: Mapping[str, int] = {}

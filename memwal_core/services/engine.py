@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from memwal_core.arguments import Count, checked
 from memwal_core.errors import BadInputError, EngineJobError, MemwalError, first_line
+from memwal_core.services.defaults import ENGINES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,7 +32,6 @@ R = TypeVar("R")
 
 # Tasks at once in one process: Lance's reads and rewrites and pandas release the GIL for most of theirs.
 DEFAULT_THREADS = 8
-ENGINES = ("local", "spark")
 
 
 class Engine(ABC):

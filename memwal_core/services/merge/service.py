@@ -19,10 +19,11 @@ from memwal_core.arguments import Count, Seconds, checked
 from memwal_core.model.details_lease import check_details_lease
 from memwal_core.model.table import MemWalTable
 from memwal_core.process_memory import release_freed
+from memwal_core.services.defaults import AUTO
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.batch import MergeBudget, next_batch
 from memwal_core.services.merge.batch_merge import DEFAULT_LEASE_TTL, BatchMerge
-from memwal_core.services.merge.commit import AUTO, check_commit_form
+from memwal_core.services.merge.commit import check_commit_form
 from memwal_core.services.merge.plan import MergePlan, RegionMergePlan, plan_merge
 from memwal_core.services.merge.result import BatchResult, MergeResult, RegionMergeResult
 from memwal_core.storage.retry import RetryPolicy

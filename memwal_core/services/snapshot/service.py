@@ -25,8 +25,9 @@ from memwal_core.format.region_snapshot import encode, region_field_types, to_ar
 from memwal_core.model.details_commit import ProgressRepair, commit_details
 from memwal_core.model.details_lease import DEFAULT_DETAILS_LEASE_TTL, details_lease
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.defaults import DEFAULT_INLINE_THRESHOLD
 from memwal_core.services.result import ServiceResult
-from memwal_core.services.snapshot.plan import DEFAULT_INLINE_THRESHOLD, SnapshotPlan, plan_snapshot
+from memwal_core.services.snapshot.plan import SnapshotPlan, plan_snapshot
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,28 @@
+"""Defaults and choices of the services' options: constants only, importing nothing.
+
+The CLI builds its parser (`--help`, `--version`, a usage error) from these
+without loading the services, Lance or Arrow; each service imports the ones it
+checks against from here.
+"""
+
+from __future__ import annotations
+
+# compact: rows per fragment to aim at, the deleted share that makes a fragment worth rewriting,
+# and rewrite tasks per run.
+DEFAULT_TARGET_ROWS = 1024 * 1024
+DEFAULT_DELETION_THRESHOLD = 0.1
+DEFAULT_MAX_TASKS = 64
+
+# merge: how each batch commits (see services/merge/commit.py).
+AUTO, SINGLE, TWO_STEP = "auto", "single", "two-step"
+COMMIT_FORMS = (AUTO, SINGLE, TWO_STEP)
+
+# snapshot: regions stored inline in the index details, beyond which the snapshot gets its own file.
+DEFAULT_INLINE_THRESHOLD = 100
+
+# A durable put waits for the next WAL flush, holding its caller (and the region it claimed) that
+# long: an interval over a minute is a mistake, not a setting.
+MAX_WAL_FLUSH_INTERVAL_MS = 60_000
+
+# Where a service's tasks run.
+ENGINES = ("local", "spark")
