@@ -65,9 +65,11 @@ class _Failure:
         self.denied = self.status in (401, 403) or isinstance(
             exc, obstore.exceptions.PermissionDeniedError | obstore.exceptions.UnauthenticatedError
         )
-        # No status at all: the request or its answer was lost on the way (refused, reset, timed out).
-        self.transport = self.status is None and not (self.not_found or self.exists or self.denied)
+        # A generic error with no status: the request or its answer was lost on the way (refused,
+        # reset, timed out). Any other kind (an invalid path) is no fault of the network.
+        self.transport = self.status is None and type(exc) is obstore.exceptions.GenericError
         self.timed_out = self.transport and "TimedOut" in text
+        self.kind = type(exc).__name__
 
     @property
     def transient(self) -> bool:
@@ -76,7 +78,7 @@ class _Failure:
         )
 
     def name(self) -> str:
-        return self.code or str(self.status)
+        return self.code or (str(self.status) if self.status else self.kind)
 
 
 class _BotocoreCredentials:
@@ -194,9 +196,7 @@ class S3Store(ObjectStore):
         if failure.exists:
             return AlreadyExistsError(f"{where} already exists")
         if failure.denied:
-            return StorageError(
-                f"access to {where} denied ({failure.name() if failure.status else 'denied'})"
-            )
+            return StorageError(f"access to {where} denied ({failure.name()})")
         endpoint = self.endpoint or "S3"
         if failure.timed_out:
             return StorageError(
