@@ -64,14 +64,14 @@ from pydantic_core import PydanticCustomError
 
 from memwal_core.arguments import Range
 from memwal_core.errors import BadInputError
-from memwal_core.services.defaults import DEFAULT_TARGET_ROWS
-from memwal_core.services.gc.rules import (
+from memwal_core.services.defaults import (
     DEFAULT_FENCE_RETENTION_SECONDS,
     DEFAULT_GRACE_SECONDS,
+    DEFAULT_TARGET_ROWS,
     MAX_GRACE_SECONDS,
     MIN_FENCE_RETENTION_SECONDS,
-    GcPolicy,
 )
+from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.retain import MIN_AGE, parse_duration
 from memwal_core.spark_session import check_spark_target, remote_holds_credentials

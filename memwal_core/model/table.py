@@ -161,7 +161,10 @@ class MemWalTable:
         """The newest table version, found as Lance finds it (one LIST) without loading Lance: reading
         status starts in a tenth of the time. A table with no manifest listed is opened in Lance,
         whose error names what is wrong (no table, not a Lance table, unreadable)."""
-        version = self._newest_listed()
+        try:
+            version = self._newest_listed()
+        except StorageError:  # e.g. the table path is a file: Lance's open says so
+            version = None
         return self.dataset().version if version is None else version
 
     def version_numbers(self, dataset: lance.LanceDataset | None = None) -> list[int]:

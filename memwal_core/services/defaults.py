@@ -24,5 +24,15 @@ DEFAULT_INLINE_THRESHOLD = 100
 # long: an interval over a minute is a mistake, not a setting.
 MAX_WAL_FLUSH_INTERVAL_MS = 60_000
 
+# gc: how long a pruned generation's directory stays (a reader may still have it open).
+DEFAULT_GRACE_SECONDS = 3600.0
+# How long WAL entries and region manifest versions are kept: far beyond any pause a live process
+# survives (Delta's VACUUM keeps a week too). Never the grace period, which only has to outlast a reader.
+DEFAULT_FENCE_RETENTION_SECONDS = 7 * 86400.0
+# A fence retention under a day would expose a writer paused for an ordinary outage.
+MIN_FENCE_RETENTION_SECONDS = 86400.0
+# A grace period longer than ten years is a typo, not a policy.
+MAX_GRACE_SECONDS = 10 * 365 * 86400.0
+
 # Where a service's tasks run.
 ENGINES = ("local", "spark")

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from memwal_core.errors import BadInputError
-from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS
+from memwal_core.services.defaults import DEFAULT_GRACE_SECONDS
 from memwal_pipelines.config import TableConfig, load_tables
 
 
