@@ -12,13 +12,17 @@ imports the service it runs, and nothing of the others.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
+import os
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from memwal_core import __version__
 from memwal_core.cli.options import count, number
-from memwal_core.errors import BadInputError, MemwalError
+from memwal_core.errors import BadInputError, MemwalError, first_line, redact
 from memwal_core.services.defaults import (
     AUTO,
     COMMIT_FORMS,
@@ -400,9 +404,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # usage errors (2), --help and --version (0): argparse printed them
         return int(exc.code or 0)
-    import time
-
-    from memwal_core.errors import first_line
     from memwal_core.model.table import MemWalTable
     from memwal_core.services.result import Failure
     from memwal_core.storage.options import StorageOptions
@@ -431,11 +432,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _failed(args: argparse.Namespace, failure: Failure, started: float) -> int:
     """The run failed as a whole: with --json, still one object, the failure under `failures` (region null)."""
-    import contextlib
-    import json
-    import time
-
-    from memwal_core.errors import redact
     from memwal_core.services.result import FLOAT_DIGITS, to_jsonable
 
     if args.json or args.json_first:
@@ -454,9 +450,6 @@ def _failed(args: argparse.Namespace, failure: Failure, started: float) -> int:
 
 def _report(args: argparse.Namespace, result: ServiceResult, code: int) -> int:
     """Print the result; the work is already done, so a reader that went away is not an error."""
-    import json
-    import os
-
     from memwal_core.cli.render import render
 
     try:
