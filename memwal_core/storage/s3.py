@@ -10,6 +10,7 @@ lost is settled by reading the object back, never by a blind second put.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -79,6 +80,30 @@ class _Failure:
 
     def name(self) -> str:
         return self.code or (str(self.status) if self.status else self.kind)
+
+
+class _Runtime:
+    """obstore's runtime (Rust threads) starts with the first request and does not survive a fork: a
+    child forked after it hung on its first request. Such a child fails at once instead."""
+
+    started = False
+    forked_after_start = False
+
+    @classmethod
+    def check(cls) -> None:
+        if cls.forked_after_start:
+            raise StorageError(
+                "this process was forked after it made S3 requests, and obstore's runtime does not survive "
+                "a fork: start worker processes with spawn (or fork before the first request)"
+            )
+        cls.started = True
+
+    @classmethod
+    def after_fork_in_child(cls) -> None:
+        cls.forked_after_start = cls.started
+
+
+os.register_at_fork(after_in_child=_Runtime.after_fork_in_child)
 
 
 class _BotocoreCredentials:
@@ -175,6 +200,8 @@ class S3Store(ObjectStore):
     def _call(self, kind: str, path: str, call: Callable[[], T]) -> T:
         """One request, retried while its failure is transient; obstore's errors become memwal's (never quoted:
         they hold the request URL, and an endpoint's user info)."""
+
+        _Runtime.check()
 
         def attempt() -> T:
             self.stats.add(kind)

@@ -151,3 +151,27 @@ def test_credentials_from_a_profile_file(seaweed: Any, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "found"
+
+
+def test_a_child_forked_after_requests_fails_at_once(seaweed: Any) -> None:
+    """obstore's runtime does not survive a fork: the child's first request fails in one line, not hangs."""
+    store = open_store(f"s3://memwal-test/fork-{uuid.uuid4().hex}", StorageOptions(seaweed.storage_options()))
+    store.write("a.bin", b"x")
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        os.close(reader)
+        try:
+            store.read("a.bin")
+            os.write(writer, b"read")
+        except StorageError as exc:
+            os.write(writer, str(exc).encode())
+        finally:
+            os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        said = pipe.read().decode()
+    os.waitpid(pid, 0)
+    assert "forked after it made S3 requests" in said, said
+    assert store.read("a.bin") == b"x"  # the parent's runtime is untouched
+    store.close()
