@@ -56,7 +56,7 @@ from memwal_core.services.gc import rules
 from memwal_core.services.gc.service import GcResult, gc
 from memwal_core.services.merge.result import MergeResult
 from memwal_core.services.merge.service import merge
-from memwal_core.services.result import ServiceResult
+from memwal_core.services.result import ServiceResult, grouped
 from memwal_core.services.retain import RetentionResult, parse_duration, retain
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status_and_backlog
@@ -104,10 +104,11 @@ def on_table(memwal: MemWalResource, keys: TableKeys, run: Callable[[MemWalTable
 
 
 def failed_step(result: ServiceResult, metadata: Mapping[str, Any] | None = None) -> Failure | None:
-    """The step failure a result calls for: the regions that failed while the rest went on, if any."""
-    if not result.failures:
+    """The step failure a result calls for: one line per distinct error of the regions that failed, if any."""
+    groups = grouped(result.failures)
+    if not groups:
         return None
-    shown = "; ".join(f.message for f in result.failures[:3])
+    shown = "; ".join(g.message for g in groups[:3])
     return Failure(description=f"{len(result.failures)} region(s) failed: {shown}", metadata=metadata)
 
 

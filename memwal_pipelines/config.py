@@ -63,6 +63,7 @@ from pydantic_core import PydanticCustomError
 
 from memwal_core.arguments import Range
 from memwal_core.errors import BadInputError
+from memwal_core.services.backlog import DEFAULT_MAX_PENDING_AGE_SECONDS
 from memwal_core.services.compact import DEFAULT_TARGET_ROWS
 from memwal_core.services.gc.rules import (
     DEFAULT_FENCE_RETENTION_SECONDS,
@@ -120,7 +121,7 @@ class TableConfig:
     max_batch_rows: Count | None = None
     max_batch_bytes: Count | None = None
     max_backlog_generations: Threshold = 16
-    max_pending_age_seconds: Seconds = 900.0
+    max_pending_age_seconds: Seconds = DEFAULT_MAX_PENDING_AGE_SECONDS
     max_index_lag: Threshold = 4
     snapshot_cron: str = "*/15 * * * *"
     sensor_interval_seconds: Count = 5

@@ -17,6 +17,7 @@ from typing import Any
 
 from memwal_core.arguments import Count, Seconds, checked
 from memwal_core.model.details_lease import check_details_lease
+from memwal_core.model.outcomes import MERGE
 from memwal_core.model.table import MemWalTable
 from memwal_core.process_memory import release_freed
 from memwal_core.services.engine import Engine, LocalEngine
@@ -25,6 +26,7 @@ from memwal_core.services.merge.batch_merge import DEFAULT_LEASE_TTL, BatchMerge
 from memwal_core.services.merge.commit import AUTO, check_commit_form
 from memwal_core.services.merge.plan import MergePlan, RegionMergePlan, plan_merge
 from memwal_core.services.merge.result import BatchResult, MergeResult, RegionMergeResult
+from memwal_core.services.outcome import recorded
 from memwal_core.storage.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,7 @@ def preview_batches(plan: MergePlan, budget: MergeBudget) -> list[dict[str, Any]
 
 
 @checked
+@recorded(MERGE, lambda result: [r.region for r in result.regions])
 def merge(
     table: MemWalTable,
     *,
