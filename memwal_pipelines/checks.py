@@ -67,9 +67,14 @@ def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
     def lsm_consistency(context: AssetCheckExecutionContext, memwal: MemWalResource) -> AssetCheckResult:
         with memwal.open(table.name) as opened:
             result = check_consistency(opened)
-        for mismatch in result.mismatches[:5]:
-            context.log.error(mismatch)
-        return AssetCheckResult(passed=result.passed, metadata=service_metadata(result))
+        for line in [*(f.message for f in result.failures), *result.mismatches[:5]]:
+            context.log.error(line)
+        unreadable = [{"unreadable_region": f.region or "", "error": f.error} for f in result.failures[:1]]
+        return AssetCheckResult(
+            passed=result.passed,
+            description=result.explanation,
+            metadata=service_metadata(result, **(unreadable[0] if unreadable else {})),
+        )
 
     @asset_check(
         asset=keys.gc_report,

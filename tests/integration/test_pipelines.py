@@ -352,8 +352,14 @@ def test_checks_fail_on_a_backlog_and_a_missing_generation(tmp_path: Path) -> No
         instance=instance, raise_on_error=False
     )
     evaluations = {c.check_name: c for c in checks.get_asset_check_evaluations()}
-    assert evaluations["lsm_consistency"].passed is False
-    assert "LSM read failed" in str(evaluations["lsm_consistency"].metadata["result"].value)
+    consistency = evaluations["lsm_consistency"]
+    assert consistency.passed is False
+    assert "LSM read failed" in str(consistency.metadata["result"].value)
+    # Why, in the check's description and metadata: the region that cannot be read, not "0 rows".
+    assert consistency.description is not None and regions[0] in consistency.description
+    assert consistency.description.startswith(f"not checked: LSM read failed: region {regions[0]}: ")
+    assert consistency.metadata["unreadable_region"].value == regions[0]
+    assert victim in consistency.metadata["error"].value
 
 
 def compaction_tick(keys: TableKeys, instance: DagsterInstance) -> RunRequest | SkipReason:
