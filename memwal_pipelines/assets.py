@@ -282,6 +282,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
                 max_generations=table.max_generations_per_merge,
                 engine=engine,
                 budget=table.merge_budget(),
+                max_seconds=table.merge_round_seconds(),
             )
             # The UI shows which regions are behind from these observations: refresh the merged ones.
             return result, backlog(opened, regions=sorted({r.region for r in result.regions}))

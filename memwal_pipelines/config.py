@@ -25,6 +25,7 @@ tables:
     spark_remote: sc://10.0.0.5:15002  # or spark_master: spark://10.0.0.5:7077 (default: the pipeline's)
     max_batch_rows: 1000000      # per merge commit (default: from the machine's memory)
     max_batch_bytes: 2147483648
+    merge_max_runtime_seconds: 1800  # a merge run lasting longer is failed as dead (default: from the budget)
     max_backlog_generations: 16  # asset check thresholds
     max_pending_age_seconds: 900
     max_index_lag: 4
@@ -78,6 +79,11 @@ from memwal_core.spark_session import check_spark_target
 from memwal_core.storage.stores import normalize_uri, refuse_credentials
 
 DEFAULT_TABLE_URI = "demo/table"
+# What a merge run's bound (`merge_max_runtime`) is made of: its start, then this many batches of the
+# budget collapsed at no less than this speed (a loaded 2-core machine collapses about 40 MiB/s).
+MERGE_RUN_START_SECONDS = 120.0
+MERGE_BATCHES_PER_RUN = 3
+MERGE_BYTES_PER_SECOND_FLOOR = 4 << 20
 TABLES_ENV = "MEMWAL_TABLES"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 T = TypeVar("T")
@@ -120,6 +126,8 @@ class TableConfig:
     # What one merge commit may collapse (None: a share of the machine's memory, see docs/merge.md).
     max_batch_rows: Count | None = None
     max_batch_bytes: Count | None = None
+    # Seconds after which Dagster fails a merge run as dead (`dagster/max_runtime`); default from the budget.
+    merge_max_runtime_seconds: Annotated[int, _ranged(Range(60))] | None = None
     max_backlog_generations: Threshold = 16
     max_pending_age_seconds: Seconds = DEFAULT_MAX_PENDING_AGE_SECONDS
     max_index_lag: Threshold = 4
@@ -189,6 +197,24 @@ class TableConfig:
 
     def merge_budget(self) -> MergeBudget:
         return MergeBudget.default(max_rows=self.max_batch_rows, max_bytes=self.max_batch_bytes)
+
+    def merge_max_runtime(self) -> int:
+        """How long a merge run may last before Dagster's run monitoring fails it as dead.
+
+        A run whose worker died with the daemon's process tree stays STARTED and keeps
+        the table's pool slot; this bound is what frees it. Sized from the batch budget:
+        the run's start (code, Spark session), then rounds of batches that each collapse
+        at most `max_batch_bytes` at no less than MERGE_BYTES_PER_SECOND_FLOOR.
+        """
+        if self.merge_max_runtime_seconds is not None:
+            return self.merge_max_runtime_seconds
+        batch = self.merge_budget().max_bytes / MERGE_BYTES_PER_SECOND_FLOOR
+        return int(MERGE_RUN_START_SECONDS + MERGE_BATCHES_PER_RUN * batch)
+
+    def merge_round_seconds(self) -> float:
+        """When a merge run stops starting batches: early enough that its last batch ends inside the bound."""
+        working = self.merge_max_runtime() - MERGE_RUN_START_SECONDS
+        return max(1.0, working - working / MERGE_BATCHES_PER_RUN)
 
 
 def _service_check(check: Callable[[], T]) -> T:

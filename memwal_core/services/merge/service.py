@@ -68,13 +68,17 @@ def merge(
     lease_wait: Seconds = 0.0,
     commit_form: str = AUTO,
     progress: Progress | None = None,
+    max_seconds: Seconds | None = None,
 ) -> MergeResult:
     """Merge pending generations of every region (or the named ones) in one round of batches.
 
     `max_generations` caps what each region merges in this round; `budget`
     caps what one batch collapses (default: a share of the machine's memory);
     `commit_form` forces how batches commit (see `commit.py`; default: chosen per commit);
-    `engine` runs the collapse (default: `LocalEngine()`, threads of this process).
+    `engine` runs the collapse (default: `LocalEngine()`, threads of this process);
+    `max_seconds` ends the round after the batch that outlasts it (the regions not
+    reached are `deferred_regions`, left for the next round), so an orchestrator can
+    bound how long a healthy round runs.
 
     Example:
         >>> with MemWalTable.open("demo/table") as table:  # doctest: +SKIP
@@ -92,6 +96,7 @@ def merge(
     batches: list[BatchResult] = []
     failures = list(plan.failures)
     busy: list[str] = []
+    deferred: list[str] = []
     if not dry_run:
         if plan.regions:
             check_details_lease(table.store, ttl=lease_ttl)
@@ -107,6 +112,19 @@ def merge(
         total = len(plan.regions)
         pending: list[RegionMergePlan] = list(plan.regions)
         for index in itertools.count(1):
+            if (
+                pending
+                and max_seconds is not None
+                and index > 1
+                and time.perf_counter() - started > max_seconds
+            ):
+                deferred = sorted({p.region for p in pending})
+                log.info(
+                    "%d region(s) left for the next round: the round's %g s are spent",
+                    len(deferred),
+                    max_seconds,
+                )
+                break
             if not pending:
                 break
             batch, pending = next_batch(pending, budget)
@@ -136,6 +154,7 @@ def merge(
         regions=merged,
         batches=batches,
         busy_regions=busy,
+        deferred_regions=deferred,
         seconds_plan=planned - started,
         plan=plan,
         planned_batches=preview_batches(plan, budget) if dry_run else [],
