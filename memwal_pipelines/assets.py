@@ -97,7 +97,7 @@ def service_metadata(result: ServiceResult, **extra: Any) -> dict[str, Any]:
 def on_table(memwal: MemWalResource, keys: TableKeys, run: Callable[[MemWalTable], R]) -> R:
     """Open the table from the resource and run one service; memwal's errors become a one-line Failure."""
     try:
-        with memwal.open(keys.table.name) as opened:
+        with memwal.open(keys.table) as opened:
             return run(opened)
     except MemwalError as exc:
         raise Failure(description=str(exc), metadata={"error": type(exc).__name__}) from exc
@@ -273,7 +273,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
     def base_table(context: AssetExecutionContext, memwal: MemWalResource) -> Iterator[Output[None]]:
         chosen = context.partition_keys
         everything = set(chosen) >= set(context.instance.get_dynamic_partitions(keys.regions_name))
-        engine = memwal.engine(table.name, table.merge_engine)
+        engine = memwal.engine(table, table.merge_engine)
 
         def merge_round(opened: MemWalTable) -> tuple[MergeResult, TableBacklog]:
             result = merge(
@@ -304,7 +304,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
     def run_compaction(memwal: MemWalResource, opened: MemWalTable) -> CompactionResult:
         return compact(
             opened,
-            engine=memwal.engine(table.name, table.merge_engine),
+            engine=memwal.engine(table, table.merge_engine),
             target_rows_per_fragment=table.compaction_target_rows,
             max_tasks=table.compaction_max_tasks,
         )

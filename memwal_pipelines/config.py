@@ -1,9 +1,10 @@
-"""The tables the code location maintains, read from a YAML file named by MEMWAL_TABLES.
+"""A maintained table's keys (`TableConfig`), and the MEMWAL_TABLES list of tables.
 
-Without MEMWAL_TABLES the location maintains one table: the README's demo table
-(or MEMWAL_TABLE_URI), with storage options from the JSON in
-MEMWAL_STORAGE_OPTIONS. Credentials never go in this file: each table names the
-environment variable that holds its storage options.
+The same keys are the attributes of a `MemWalTableComponent` (component.py,
+one table per `defs.yaml`, the code location's default) and of each entry of
+the YAML file MEMWAL_TABLES names, which, when set, replaces the defs folder's
+tables. Credentials never go in either: each table names the environment
+variable that holds its storage options.
 
 Every key is typed and checked when the list loads (a strict pydantic model:
 `"5"` is no count and `2.5` no integer; only `name`, `uri` and
@@ -46,8 +47,6 @@ tables:
 ```
 """
 
-from __future__ import annotations
-
 import difflib
 import math
 import os
@@ -60,7 +59,6 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import AfterValidator, ConfigDict, ValidationError, ValidationInfo, field_validator
 from pydantic.dataclasses import dataclass
-from pydantic_core import PydanticCustomError
 
 from memwal_core.arguments import Range
 from memwal_core.errors import BadInputError
@@ -85,13 +83,21 @@ MERGE_RUN_START_SECONDS = 120.0
 MERGE_BATCHES_PER_RUN = 3
 MERGE_BYTES_PER_SECOND_FLOOR = 4 << 20
 TABLES_ENV = "MEMWAL_TABLES"
+# Where the demo table's component (memwal_pipelines/defs/demo/defs.yaml) finds the table.
+URI_ENV = "MEMWAL_TABLE_URI"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 T = TypeVar("T")
+# How pydantic prefixes the message of a ValueError a check raised.
+VALUE_ERROR = "Value error, "
 
 
-def _invalid(message: str) -> PydanticCustomError:
-    """A check's message as pydantic reports it, with the key in front and nothing added."""
-    return PydanticCustomError("memwal", message)
+def _invalid(message: str) -> ValueError:
+    """A check's refusal; pydantic reports it as a value error, whose prefix `_first_error` drops.
+
+    A plain ValueError, not a custom pydantic error type: Dagster's component loader re-raises
+    pydantic's errors by their type, and knows only pydantic's own types.
+    """
+    return ValueError(message)
 
 
 def _ranged(allowed: Range, *, whole_number: bool = True) -> AfterValidator:
@@ -228,24 +234,14 @@ def _service_check(check: Callable[[], T]) -> T:
 KEYS = tuple(f.name for f in fields(TableConfig))
 
 
-def default_tables() -> list[TableConfig]:
-    return [
-        TableConfig(
-            name="demo",
-            uri=os.environ.get("MEMWAL_TABLE_URI", DEFAULT_TABLE_URI),
-            storage_options_env="MEMWAL_STORAGE_OPTIONS",
-        )
-    ]
-
-
 def load_tables(path: str | None = None) -> list[TableConfig]:
-    """The table list from `path` (default: $MEMWAL_TABLES), or the demo table.
+    """The table list from `path` (default: $MEMWAL_TABLES).
 
     Every refusal is a BadInputError of one line naming the file, the table and the key.
     """
     path = path or os.environ.get(TABLES_ENV)
     if not path:
-        return default_tables()
+        raise BadInputError(f"no table list: {TABLES_ENV} is not set")
     try:
         document = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -288,4 +284,5 @@ def _first_error(exc: ValidationError) -> str:
     if error["type"] == "missing":
         return f"{key}: missing (every table needs a name and a uri)"
     # A range check names its key itself, as the library's argument checks do.
-    return error["msg"] if error["msg"].startswith(f"{key} ") else f"{key}: {error['msg']}"
+    message = error["msg"].removeprefix(VALUE_ERROR)
+    return message if message.startswith(f"{key} ") else f"{key}: {message}"

@@ -1,9 +1,10 @@
-"""The code location's one Dagster resource: every maintained table, opened by name.
+"""The code location's one Dagster resource: the pipeline's Spark, and how runs open their table.
 
 Dagster injects it by parameter (`memwal: MemWalResource`) into every asset,
 asset check, op and sensor. A resource key means one resource across the
-whole location, so there cannot be one typed resource per table under a fixed
-parameter name; this one knows every table by its name instead.
+whole location, and each table's definitions come from a component of their
+own, so the resource knows no table: every asset, check, op and sensor is
+built for one table (`TableConfig`) and hands it to the resource.
 
 Storage options come from each table's environment variable (a JSON object),
 read when the table is opened, in the run's or the sensor's own process:
@@ -22,12 +23,12 @@ memwal's own settings (`memwal_core.spark_session.spark_conf`). A table's own
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from dagster import Config, ConfigurableResource, InitResourceContext
+from dagster import ConfigurableResource, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 
 from memwal_core.errors import BadInputError
@@ -42,15 +43,6 @@ if TYPE_CHECKING:
 
 # The Spark UI would take a port per run; Dagster shows the run instead.
 SPARK_CONF = {"spark.ui.enabled": "false"}
-
-
-class TableLocation(Config):
-    """Where one table lives and which Spark its runs use, when not the pipeline's (never its credentials)."""
-
-    uri: str
-    storage_options_env: str | None = None
-    spark_master: str | None = None
-    spark_remote: str | None = None
 
 
 def pipeline_spark_config() -> dict[str, str]:
@@ -89,19 +81,12 @@ class PipelineSparkResource(LazyPySparkResource):
 
 
 class MemWalResource(ConfigurableResource):  # type: ignore[type-arg]
-    """Every table of the code location, by name (the `name` of the table list), and the pipeline's Spark."""
+    """The pipeline's Spark, and how a run opens its table: every asset is built for one table and passes it."""
 
-    tables: dict[str, TableLocation]
     pyspark: PipelineSparkResource
 
-    def location(self, name: str) -> TableLocation:
-        try:
-            return self.tables[name]
-        except KeyError:
-            raise BadInputError(f"the code location maintains no table {name!r}") from None
-
-    def storage_options(self, name: str) -> StorageOptions:
-        variable = self.location(name).storage_options_env
+    def storage_options(self, table: TableConfig) -> StorageOptions:
+        variable = table.storage_options_env
         if not variable:
             return StorageOptions()
         raw = os.environ.get(variable, "")
@@ -113,39 +98,36 @@ class MemWalResource(ConfigurableResource):  # type: ignore[type-arg]
             raise BadInputError(f"{variable} does not hold a JSON object")
         return StorageOptions.checked(values)
 
-    def open(self, name: str) -> MemWalTable:
-        return MemWalTable.open(self.location(name).uri, self.storage_options(name))
+    def open(self, table: TableConfig) -> MemWalTable:
+        return MemWalTable.open(table.uri, self.storage_options(table))
 
-    def spark_session(self, name: str) -> SparkSession:
-        """The run's SparkSession for table `name`: on the table's own Spark if it names one, else the pipeline's."""
+    def spark_session(self, table: TableConfig) -> SparkSession:
+        """The run's SparkSession for `table`: on the table's own Spark if it names one, else the pipeline's."""
         from memwal_core.spark_session import spark_session
 
-        table = self.location(name)
         if table.spark_master or table.spark_remote:
             return spark_session(table.spark_master, SPARK_CONF, remote=table.spark_remote)
         session: SparkSession = self.pyspark.spark_session
         return session
 
-    def engine(self, name: str, kind: str) -> Engine:
-        """Where a run of table `name` does its data work: `kind` "spark" on the run's session, else local."""
+    def engine(self, table: TableConfig, kind: str) -> Engine:
+        """Where a run of `table` does its data work: `kind` "spark" on the run's session, else local."""
         if kind == "spark":
-            return SparkEngine(self.spark_session(name))
+            return SparkEngine(self.spark_session(table))
         return engine_named(kind)
 
 
-def memwal_resource(
-    tables: Sequence[TableConfig], pyspark: PipelineSparkResource | None = None
-) -> MemWalResource:
-    """The resource for `tables`; `pyspark` defaults to `pipeline_spark_config()`'s."""
-    return MemWalResource(
-        tables={
-            t.name: TableLocation(
-                uri=t.uri,
-                storage_options_env=t.storage_options_env,
-                spark_master=t.spark_master,
-                spark_remote=t.spark_remote,
-            )
-            for t in tables
-        },
-        pyspark=pyspark or PipelineSparkResource(spark_config=pipeline_spark_config()),
-    )
+def memwal_resource(pyspark: PipelineSparkResource | None = None) -> MemWalResource:
+    """The resource every table's definitions use; `pyspark` defaults to `pipeline_spark_config()`'s.
+
+    One object per Spark configuration: Dagster merges the definitions of several tables (one
+    component each) only when their `memwal` resource is the very same object.
+    """
+    if pyspark is not None:
+        return MemWalResource(pyspark=pyspark)
+    return _shared(tuple(sorted(pipeline_spark_config().items())))
+
+
+@functools.cache
+def _shared(spark_config: tuple[tuple[str, str], ...]) -> MemWalResource:
+    return MemWalResource(pyspark=PipelineSparkResource(spark_config=dict(spark_config)))

@@ -129,7 +129,7 @@ def flushed_generations_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefini
     def flushed_generations(context: SensorEvaluationContext, memwal: MemWalResource) -> SensorResult:
         cursor = FlushedCursor.load(context.cursor)
         started = time.perf_counter()
-        with memwal.open(table.name) as opened:
+        with memwal.open(table) as opened:
             read = backlog_since(opened, cursor.seen)
             found = read.backlog
             # Per region, "latest flushed:merged": a region is observed again whenever either changes.
@@ -174,7 +174,7 @@ def index_catchup_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefinition:
         description="A maintained index behind merged data, or not yet listed, starts a catch-up run.",
     )
     def index_catchup(memwal: MemWalResource) -> RunRequest | SkipReason:
-        with memwal.open(table.name) as opened:
+        with memwal.open(table) as opened:
             state = index_state(opened)
         if not state.needs_catchup:
             return SkipReason("every maintained index is caught up and listed")
@@ -206,7 +206,7 @@ def compaction_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefinition:
         # Merges commit new versions while a compaction runs: one compaction at a time is enough.
         if context.instance.get_runs_count(RunsFilter(job_name=jobs.compaction.name, statuses=UNFINISHED)):
             return SkipReason("a compaction run is queued or running")
-        with memwal.open(table.name) as opened:
+        with memwal.open(table) as opened:
             fragments = len(opened.dataset().get_fragments())
             if fragments < threshold:
                 return SkipReason(f"{fragments} fragments, under the threshold of {threshold}")

@@ -24,8 +24,8 @@ from dagster._core.instance.ref import InstanceRef
 
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
+from memwal_pipelines.build import build_definitions
 from memwal_pipelines.config import TableConfig
-from memwal_pipelines.definitions import build_definitions
 from tests.support.browser import (
     ARTIFACTS,
     COMMUNITY_DIALOG,

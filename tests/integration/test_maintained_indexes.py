@@ -13,8 +13,8 @@ from memwal_core.model.indexes import TableIndex, maintained_indexes
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.compact import compact
 from memwal_core.services.merge.service import merge
+from memwal_pipelines.build import build_definitions
 from memwal_pipelines.config import TableConfig
-from memwal_pipelines.definitions import build_definitions
 from memwal_pipelines.keys import TableKeys
 from tests.support.model import KEYED_SCHEMA, ModelTable
 

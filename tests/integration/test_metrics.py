@@ -8,6 +8,7 @@ alerts resolve once the table is merged.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -25,6 +26,7 @@ from tests.support.prometheus import ALERT_RULES, Exporter, PrometheusServer, pr
 from tests.support.regions import write_regions
 
 SECRET = "memwal-secret-never-shown"
+DASHBOARD = ALERT_RULES.parent / "grafana-dashboard.json"
 
 
 def samples(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -64,6 +66,11 @@ def test_metrics_shows_the_demo_backlog_moving_with_a_merge(tmp_path: Path) -> N
     assert time.time() - after["memwal_last_merge_success_timestamp_seconds"][(("table", uri),)] < 120
     # Time travel to the versions before the merge still reads every generation: nothing to release.
     assert total(after, "memwal_gc_eligible_bytes") == 0
+    # Every metric the shipped alert rules and dashboard name is one the exporter serves.
+    served = {family.name for family in text_string_to_metric_families(run_cli("metrics", uri).stdout)}
+    for shipped in (ALERT_RULES, DASHBOARD):
+        named = set(re.findall(r"memwal_[a-z_]+", shipped.read_text())) - {"memwal_pipelines"}
+        assert named and named <= served, f"{shipped.name} names {sorted(named - served)}"
 
 
 def test_metrics_refuses_a_table_that_is_not_there_in_one_line(tmp_path: Path) -> None:

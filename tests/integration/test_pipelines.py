@@ -35,8 +35,9 @@ from memwal_core.errors import BadInputError
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.retain import retain
 from memwal_core.services.status import status
+from memwal_pipelines.build import build_definitions
 from memwal_pipelines.config import TableConfig, load_tables
-from memwal_pipelines.definitions import build_definitions, defs
+from memwal_pipelines.definitions import defs
 from memwal_pipelines.keys import TableKeys
 from memwal_pipelines.warm_spark import warm_home
 from tests.support.browser import (

@@ -25,8 +25,8 @@ from memwal_core.services.merge.service import merge
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
 from memwal_core.storage.options import StorageOptions
+from memwal_pipelines.build import build_definitions
 from memwal_pipelines.config import TableConfig
-from memwal_pipelines.definitions import build_definitions
 from tests.support.proxy import LatencyProxy
 
 REGIONS = 12
