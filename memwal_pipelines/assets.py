@@ -60,6 +60,7 @@ from memwal_core.services.result import ServiceResult, grouped
 from memwal_core.services.retain import RetentionResult, parse_duration, retain
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status_and_backlog
+from memwal_pipelines.freshness import freshness_policy
 from memwal_pipelines.keys import TableKeys
 from memwal_pipelines.resources import MemWalResource
 from memwal_pipelines.status_view import StatusView
@@ -267,6 +268,9 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         output_required=False,
         # One slot (dagster.yaml): one merge round of this table at a time.
         pool=f"memwal_merge_{table.name}",
+        # Stale once a generation waited max_pending_age_seconds: the sensor stamps the table's
+        # completion time (freshness.py), so the UI and the alerts agree on what "behind" means.
+        freshness_policy=freshness_policy(table),
         description="The base table, per region: pending generations merged in ascending order, "
         "many regions per commit (one merge round per run).",
     )

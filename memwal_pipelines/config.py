@@ -80,6 +80,8 @@ DEFAULT_TABLE_URI = "demo/table"
 # What a merge run's bound (`merge_max_runtime`) is made of: its start, then this many batches of the
 # budget collapsed at no less than this speed (a loaded 2-core machine collapses about 40 MiB/s).
 MERGE_RUN_START_SECONDS = 120.0
+# The lag threshold is the base table's FreshnessPolicy window too, which Dagster refuses under a minute.
+MIN_PENDING_AGE_SECONDS = 60.0
 MERGE_BATCHES_PER_RUN = 3
 MERGE_BYTES_PER_SECOND_FLOOR = 4 << 20
 TABLES_ENV = "MEMWAL_TABLES"
@@ -135,7 +137,9 @@ class TableConfig:
     # Seconds after which Dagster fails a merge run as dead (`dagster/max_runtime`); default from the budget.
     merge_max_runtime_seconds: Annotated[int, _ranged(Range(60))] | None = None
     max_backlog_generations: Threshold = 16
-    max_pending_age_seconds: Seconds = DEFAULT_MAX_PENDING_AGE_SECONDS
+    max_pending_age_seconds: Annotated[
+        float, _ranged(Range(MIN_PENDING_AGE_SECONDS, math.inf), whole_number=False)
+    ] = DEFAULT_MAX_PENDING_AGE_SECONDS
     max_index_lag: Threshold = 4
     snapshot_cron: str = "*/15 * * * *"
     sensor_interval_seconds: Count = 5

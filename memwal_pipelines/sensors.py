@@ -15,7 +15,8 @@ every other region), and a digest of the regions' state as of the last status re
 the run key is a digest of every (region, merged, latest pending) triple, so
 the same backlog never starts a second run, while a new flush or a partial
 merge does. No run is requested while one of the table's merge runs is still
-queued: that run merges whatever is pending when it starts.
+queued: that run merges whatever is pending when it starts. It also stamps the
+base table with its completion time for the FreshnessPolicy (freshness.py).
 
 `{table}_index_catchup` requests a catch-up run when a maintained index lags
 behind merged data, or an index was created or dropped since the MemWAL
@@ -52,6 +53,7 @@ from memwal_core.services.catchup import index_state
 from memwal_core.services.compact import plan_compaction
 from memwal_core.services.status import status_since
 from memwal_pipelines.assets import region_observation, status_materialization
+from memwal_pipelines.freshness import freshness_due, record_complete_as_of
 from memwal_pipelines.jobs import TableJobs
 from memwal_pipelines.keys import TableKeys
 from memwal_pipelines.resources import MemWalResource
@@ -79,6 +81,8 @@ class FlushedCursor:
     status_digest: str = ""
     status_at: float = 0.0
     seen: Mapping[str, tuple[int, RegionBacklog]] = field(default_factory=dict)
+    # The completion time last recorded for the base table's freshness (freshness.py).
+    complete_as_of: float = 0.0
 
     @classmethod
     def load(cls, text: str | None) -> FlushedCursor:
@@ -86,12 +90,27 @@ class FlushedCursor:
         if "regions" not in data:  # a cursor written before the sensor recorded the status
             return cls(regions=data)
         seen = {r: (int(v[0]), RegionBacklog.from_list(r, v[1:])) for r, v in data.get("seen", {}).items()}
-        return cls(data["regions"], data["status"]["digest"], data["status"]["at"], seen)
+        status = data["status"]
+        return cls(data["regions"], status["digest"], status["at"], seen, data.get("complete_as_of", 0.0))
 
     def dump(self) -> str:
         status = {"digest": self.status_digest, "at": self.status_at}
         seen = {r: [version, *backlog.to_list()] for r, (version, backlog) in self.seen.items()}
-        return json.dumps({"regions": dict(self.regions), "status": status, "seen": seen})
+        return json.dumps(
+            {
+                "regions": dict(self.regions),
+                "status": status,
+                "seen": seen,
+                "complete_as_of": self.complete_as_of,
+            }
+        )
+
+    def merged_moved(self, regions: Sequence[RegionBacklog]) -> bool:
+        """Whether a merge ran since the last tick (a region's merged generation changed)."""
+        return any(
+            r.region in self.seen and self.seen[r.region][1].merged_generation != r.merged_generation
+            for r in regions
+        )
 
     @staticmethod
     def state_digest(state: Mapping[str, str]) -> str:
@@ -147,6 +166,10 @@ def flushed_generations_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefini
         if view is not None:
             events.append(status_materialization(keys, view))
             recorded = cursor.state_digest(state), found.read_at
+        complete_as_of = cursor.complete_as_of
+        if freshness_due(table, complete_as_of, found.complete_as_of, cursor.merged_moved(found.regions)):
+            complete_as_of = found.complete_as_of
+            record_complete_as_of(context.instance, keys, complete_as_of, found.pending_total)
         queued = context.instance.get_runs_count(RunsFilter(job_name=jobs.merge.name, statuses=QUEUED))
         partitions = [*context.instance.get_dynamic_partitions(keys.regions_name), *new_regions]
         runs = [] if queued else merge_round_request(table.name, partitions, found.regions)
@@ -158,6 +181,7 @@ def flushed_generations_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefini
                 {**cursor.regions, **state},
                 *recorded,
                 seen={r.region: (read.manifest_versions[r.region], r) for r in found.regions},
+                complete_as_of=complete_as_of,
             ).dump(),
         )
 

@@ -84,6 +84,11 @@ class TableBacklog:
     def max_age_seconds(self) -> float:
         return max((r.oldest_pending_age(self.read_at) for r in self.regions), default=0.0)
 
+    @property
+    def complete_as_of(self) -> float:
+        """The time before which every flushed generation is merged: the read's time less the longest lag."""
+        return self.read_at - self.max_age_seconds
+
 
 def backlog(table: MemWalTable, regions: Iterable[str] | None = None) -> TableBacklog:
     """Every region's backlog (or the named regions') at the latest table version (changes nothing)."""

@@ -63,12 +63,6 @@ class TableReading:
     regions: list[RegionWatch]
     outcomes: dict[str, Outcome]
 
-    @property
-    def complete_as_of(self) -> float:
-        """The time before which every flushed generation is merged: the read's time less the longest lag."""
-        created = [r.backlog.oldest_pending_created_at for r in self.regions if r.backlog.pending]
-        return min((c for c in created if c is not None), default=self.read_at)
-
 
 class TableWatch:
     """Reads one table repeatedly, each time only what changed since the last read."""

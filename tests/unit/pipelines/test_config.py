@@ -123,8 +123,8 @@ def test_defaults_and_every_key_of_the_docstring_example(tmp_path: Path) -> None
             "table x: max_backlog_generations must be at least 0",
         ),
         (
-            "{name: x, uri: /t, max_pending_age_seconds: -5}",
-            "table x: max_pending_age_seconds must be a finite number",
+            "{name: x, uri: /t, max_pending_age_seconds: 30}",
+            "table x: max_pending_age_seconds must be a finite number at least 60",
         ),
         ("{name: x, uri: /t, max_index_lag: -1}", "table x: max_index_lag must be at least 0"),
         (
