@@ -28,8 +28,10 @@ from memwal_core.demo import write_demo_table
 from memwal_core.errors import MemwalError
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
+from memwal_pipelines.build import build_definitions
 from memwal_pipelines.component import MemWalTableComponent
 from memwal_pipelines.config import DEFAULT_TABLE_URI, URI_ENV, TableConfig
+from memwal_pipelines.sensors import FLUSHED_SENSOR
 from memwal_pipelines.warm_spark import warm_spark
 
 if TYPE_CHECKING:
@@ -99,7 +101,8 @@ def demo_definitions(table: Path) -> tuple[TableConfig, Definitions]:
     os.environ[URI_ENV] = str(table.absolute())
     tree = ComponentTree.for_project(path_within_project=PROJECT_ROOT / "memwal_pipelines")
     (component,) = (c for c in tree.get_all_components(MemWalTableComponent) if c.name == "demo")
-    return component, tree.build_defs()
+    # Its definitions alone: the location's sensors would read the defs folder's other tables too.
+    return component, build_definitions([component])
 
 
 def run_once(table: TableConfig, definitions: Definitions, *, verbose: bool = False) -> list[str]:
@@ -110,7 +113,7 @@ def run_once(table: TableConfig, definitions: Definitions, *, verbose: bool = Fa
 
     keys = TableKeys(table)
     instance = DagsterInstance.get()
-    sensor = definitions.resolve_sensor_def(f"{table.name}_flushed_generations")
+    sensor = definitions.resolve_sensor_def(FLUSHED_SENSOR)
     with build_sensor_context(instance=instance, resources=definitions.resources) as context:
         tick = sensor(context)
     assert isinstance(tick, SensorResult)

@@ -41,6 +41,7 @@ from dagster import (
     Failure,
     MaterializeResult,
     MetadataValue,
+    OpExecutionContext,
     Output,
     RetryRequested,
     asset,
@@ -245,6 +246,42 @@ def region_figures(result: MergeResult) -> dict[str, dict[str, Any]]:
     return figures
 
 
+def merge_round(
+    context: OpExecutionContext | AssetExecutionContext,
+    memwal: MemWalResource,
+    keys: TableKeys,
+    regions: Sequence[str] | None,
+) -> MergeResult:
+    """One merge round of a table (every region, or `regions`), recorded as the UI shows it.
+
+    Each region merged gets a `base_table` materialization with its figures, and
+    each an observation of its backlog after the round. Used by the table's merge
+    job and by the location's merge of many tables in one run (jobs.py).
+    """
+    table = keys.table
+    engine = memwal.engine(table, table.merge_engine)
+
+    def one_round(opened: MemWalTable) -> tuple[MergeResult, TableBacklog]:
+        result = merge(
+            opened,
+            regions=regions,
+            max_generations=table.max_generations_per_merge,
+            engine=engine,
+            budget=table.merge_budget(),
+            max_seconds=table.merge_round_seconds(),
+        )
+        # The UI shows which regions are behind from these observations: refresh the merged ones.
+        return result, backlog(opened, regions=sorted({r.region for r in result.regions}))
+
+    result, after = on_table(memwal, keys, one_round)
+    context.log.info(render(result))
+    for region, figures in region_figures(result).items():
+        context.log_event(AssetMaterialization(asset_key=keys.base, partition=region, metadata=figures))
+    for region_backlog in after.regions:
+        context.log_event(region_observation(keys, region_backlog, after.read_at))
+    return result
+
+
 def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
     """Every asset of one table."""
     table = keys.table
@@ -277,26 +314,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
     def base_table(context: AssetExecutionContext, memwal: MemWalResource) -> Iterator[Output[None]]:
         chosen = context.partition_keys
         everything = set(chosen) >= set(context.instance.get_dynamic_partitions(keys.regions_name))
-        engine = memwal.engine(table, table.merge_engine)
-
-        def merge_round(opened: MemWalTable) -> tuple[MergeResult, TableBacklog]:
-            result = merge(
-                opened,
-                regions=None if everything else chosen,
-                max_generations=table.max_generations_per_merge,
-                engine=engine,
-                budget=table.merge_budget(),
-                max_seconds=table.merge_round_seconds(),
-            )
-            # The UI shows which regions are behind from these observations: refresh the merged ones.
-            return result, backlog(opened, regions=sorted({r.region for r in result.regions}))
-
-        result, after = on_table(memwal, keys, merge_round)
-        context.log.info(render(result))
-        for region, figures in region_figures(result).items():
-            context.log_event(AssetMaterialization(asset_key=keys.base, partition=region, metadata=figures))
-        for region_backlog in after.regions:
-            context.log_event(region_observation(keys, region_backlog, after.read_at))
+        result = merge_round(context, memwal, keys, None if everything else chosen)
         failure = failed_step(result)
         if failure is not None:
             raise failure

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
-from dagster import BetaWarning, Definitions
+from dagster import BetaWarning, Definitions, JobDefinition
+
+if TYPE_CHECKING:  # what define_asset_job returns; dagster does not export the name
+    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from memwal_pipelines.assets import table_assets
 from memwal_pipelines.checks import table_checks
@@ -18,39 +21,46 @@ from memwal_pipelines.config import TableConfig
 from memwal_pipelines.ingest import ingest_job
 from memwal_pipelines.jobs import table_jobs, table_schedules
 from memwal_pipelines.keys import TableKeys
+from memwal_pipelines.merge_tables import merge_tables_job
 from memwal_pipelines.resources import memwal_resource
-from memwal_pipelines.sensors import compaction_sensor, flushed_generations_sensor, index_catchup_sensor
+from memwal_pipelines.sensors import location_sensors
 
 # Dagster 1.13 copies every asset check it loads from a component into a new AssetsDefinition with a
 # beta parameter (`execution_type`) of its own: the warning on every load names nothing memwal sets.
 warnings.filterwarnings("ignore", message="Parameter `execution_type`", category=BetaWarning)
 
 
-def build_definitions(tables: Sequence[TableConfig]) -> Definitions:
-    """Everything Dagster shows and runs for `tables`."""
-    assets: list[Any] = []
-    checks: list[Any] = []
-    jobs: list[Any] = []
-    sensors: list[Any] = []
-    schedules: list[Any] = []
-    for table in tables:
-        keys = TableKeys(table)
-        table_job_set = table_jobs(keys)
-        assets += table_assets(keys)
-        checks += table_checks(keys)
-        jobs += [*table_job_set.all, ingest_job(keys)]
-        sensors += [
-            flushed_generations_sensor(keys, table_job_set),
-            index_catchup_sensor(keys, table_job_set),
-            compaction_sensor(keys, table_job_set),
-        ]
-        schedules += table_schedules(keys, table_job_set)
+def table_definitions(table: TableConfig) -> Definitions:
+    """One table's assets and asset checks."""
+    keys = TableKeys(table)
     return Definitions(
-        assets=assets,
-        asset_checks=checks,
-        jobs=jobs,
-        sensors=sensors,
-        schedules=schedules,
+        assets=table_assets(keys),
+        asset_checks=table_checks(keys),
         # One resource for every table: its parameter name `memwal` is the key.
         resources={"memwal": memwal_resource()},
     )
+
+
+def location_definitions(tables: Sequence[TableConfig]) -> Definitions:
+    """Every table's jobs and schedules, the location's three sensors, and the job merging many tables at once.
+
+    In one Definitions: Dagster's component loader copies a component's jobs (adding
+    metadata) and re-points only the schedules and sensors beside them to the copies.
+    """
+    keys = [TableKeys(t) for t in tables]
+    jobs = {k.table.name: table_jobs(k) for k in keys}
+    merge_tables = merge_tables_job(keys)
+    every_job: list[JobDefinition | UnresolvedAssetJobDefinition] = [merge_tables]
+    for k in keys:
+        every_job += [*jobs[k.table.name].all, ingest_job(k)]
+    return Definitions(
+        jobs=every_job,
+        schedules=[s for k in keys for s in table_schedules(k, jobs[k.table.name])],
+        sensors=location_sensors(keys, jobs, merge_tables),
+        resources={"memwal": memwal_resource()},
+    )
+
+
+def build_definitions(tables: Sequence[TableConfig]) -> Definitions:
+    """Everything Dagster shows and runs for `tables`."""
+    return Definitions.merge(*(table_definitions(t) for t in tables), location_definitions(tables))

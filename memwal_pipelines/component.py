@@ -24,7 +24,7 @@ from dagster import (
 )
 from pydantic import BaseModel
 
-from memwal_pipelines.build import build_definitions
+from memwal_pipelines.build import location_definitions, table_definitions
 from memwal_pipelines.config import TableConfig
 
 
@@ -105,4 +105,10 @@ class MemWalTableComponent(TableConfig, Component, Resolvable):
     """A Lance table with MemWAL that memwal maintains: its assets, checks, jobs, sensors and schedules."""
 
     def build_defs(self, context: ComponentLoadContext) -> Definitions:
-        return build_definitions([self])
+        """The table's assets and checks; the first table (by name) of the project also brings every table's
+        jobs and schedules and the location's sensors (Dagster allows one sensor of a name, and re-points a
+        component's sensors and schedules only to the jobs of the same component)."""
+        tables = sorted(context.component_tree.get_all_components(MemWalTableComponent), key=lambda t: t.name)
+        if tables and tables[0] is not self:
+            return table_definitions(self)
+        return Definitions.merge(table_definitions(self), location_definitions(tables or [self]))

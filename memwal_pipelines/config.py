@@ -32,6 +32,7 @@ tables:
     max_index_lag: 4
     snapshot_cron: "*/15 * * * *"
     sensor_interval_seconds: 5   # how often the flushed-generations sensor reads the backlog
+    sensors: true                # false: the sensors start no merge, catch-up or compaction runs for it
     status_interval_seconds: 60  # the sensor records the status at most this often (when it changed)
     gc_cron: "45 * * * *"        # GC, after the blocking LSM-consistency check
     gc_grace_seconds: 3600       # a pruned generation's directory stays this long
@@ -143,6 +144,8 @@ class TableConfig:
     max_index_lag: Threshold = 4
     snapshot_cron: str = "*/15 * * * *"
     sensor_interval_seconds: Count = 5
+    # false: the location's sensors leave the table alone (schedules and runs from the UI still work).
+    sensors: bool = True
     status_interval_seconds: Seconds = 60.0
     gc_cron: str = "45 * * * *"
     gc_grace_seconds: Annotated[float, _ranged(Range(0, MAX_GRACE_SECONDS), whole_number=False)] = (

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # what define_asset_job returns; dagster does not export the 
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 SERVICE_TAG = "memwal/service"
+
 # Dagster's run monitoring fails a run older than this tag's seconds, even one whose worker is gone.
 MAX_RUNTIME_TAG = "dagster/max_runtime"
 UPKEEP_TAG = "memwal/upkeep"

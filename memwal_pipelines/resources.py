@@ -23,9 +23,12 @@ memwal's own settings (`memwal_core.spark_session.spark_conf`). A table's own
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource, InitResourceContext
@@ -57,6 +60,49 @@ def pipeline_spark_config() -> dict[str, str]:
     return spark_conf(master, SPARK_CONF)
 
 
+def storage_options(table: TableConfig) -> StorageOptions:
+    """The table's storage options, from the JSON object in the environment variable it names."""
+    variable = table.storage_options_env
+    if not variable:
+        return StorageOptions()
+    raw = os.environ.get(variable, "")
+    try:
+        values = json.loads(raw) if raw else {}
+    except ValueError:
+        values = None
+    if not isinstance(values, dict):
+        raise BadInputError(f"{variable} does not hold a JSON object")
+    return StorageOptions.checked(values)
+
+
+_SENSOR_TABLES: dict[tuple[str, str], MemWalTable] = {}
+_SENSOR_TABLES_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def sensor_table(table: TableConfig) -> Iterator[MemWalTable]:
+    """The table a sensor reads, kept open in the code server from one tick to the next.
+
+    Opening a table (its store's connections and threads, Lance's caches) costs
+    more than an idle tick's reads, and Dagster would also build the resource on
+    every tick: sensors take neither. A tick that fails drops the table, so the
+    next one opens it afresh (new credentials, an endpoint back).
+    """
+    options = storage_options(table)
+    key = (table.uri, json.dumps(options.as_dict(), sort_keys=True))
+    with _SENSOR_TABLES_LOCK:
+        opened = _SENSOR_TABLES.get(key)
+        if opened is None:
+            opened = _SENSOR_TABLES[key] = MemWalTable.open(table.uri, options)
+    try:
+        yield opened
+    except BaseException:
+        with _SENSOR_TABLES_LOCK:
+            if _SENSOR_TABLES.pop(key, None) is opened:
+                opened.close()
+        raise
+
+
 class PipelineSparkResource(LazyPySparkResource):
     """dagster-pyspark's lazy resource, its session built the way the `memwal` command builds one.
 
@@ -86,20 +132,10 @@ class MemWalResource(ConfigurableResource):  # type: ignore[type-arg]
     pyspark: PipelineSparkResource
 
     def storage_options(self, table: TableConfig) -> StorageOptions:
-        variable = table.storage_options_env
-        if not variable:
-            return StorageOptions()
-        raw = os.environ.get(variable, "")
-        try:
-            values = json.loads(raw) if raw else {}
-        except ValueError:
-            values = None
-        if not isinstance(values, dict):
-            raise BadInputError(f"{variable} does not hold a JSON object")
-        return StorageOptions.checked(values)
+        return storage_options(table)
 
     def open(self, table: TableConfig) -> MemWalTable:
-        return MemWalTable.open(table.uri, self.storage_options(table))
+        return MemWalTable.open(table.uri, storage_options(table))
 
     def spark_session(self, table: TableConfig) -> SparkSession:
         """The run's SparkSession for `table`: on the table's own Spark if it names one, else the pipeline's."""

@@ -22,6 +22,7 @@ from memwal_core.model.details_lease import details_lease
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
 from memwal_pipelines.config import TableConfig
+from memwal_pipelines.sensors import FLUSHED_SENSOR
 from tests.support.dagster import DagsterDeployment
 from tests.support.model import keyed_backlog_table
 from tests.support.prometheus import wait_for
@@ -59,7 +60,7 @@ def test_merges_resume_after_kill_9_of_the_daemon_tree_during_a_merge_run(tmp_pa
     with DagsterDeployment(listing) as running, MemWalTable.open(table.uri) as opened:
         instance = DagsterInstance.from_ref(InstanceRef.from_dir(str(running.home)))
         with details_lease(opened.store, ttl=600, wait=0):
-            assert running.start_sensor("crash_flushed_generations") == "RUNNING"
+            assert running.start_sensor(FLUSHED_SENSOR) == "RUNNING"
             (stuck,) = wait_for("a merge run started", lambda: runs(instance, DagsterRunStatus.STARTED), 180)
             # A flush while the round runs: the sensor queues the next round behind it.
             table.write(regions[0], [("put", [{"id": 7000 + k, "v": "late"} for k in range(4)])])

@@ -160,7 +160,7 @@ def test_a_new_project_lists_scaffolds_and_loads_the_component(tmp_path: Path) -
     assert "All definitions loaded successfully." in dg(root, env, "check", "defs")
     listed = dg(root, env, "list", "defs", "--json")
     assert (
-        "events_merge" in listed and "events_flushed_generations" in listed and "events/base_table" in listed
+        "events_merge" in listed and "memwal_flushed_generations" in listed and "events/base_table" in listed
     )
 
     # A bad key is refused when the definitions load, naming the key.

@@ -23,6 +23,7 @@ from memwal_core.model.table import MemWalTable
 from memwal_core.services.watch import TableWatch
 from memwal_pipelines.config import TableConfig
 from memwal_pipelines.keys import TableKeys
+from memwal_pipelines.sensors import FLUSHED_SENSOR
 from tests.integration.test_pipelines import tick
 from tests.support.dagster import DagsterDeployment
 from tests.support.model import ModelTable, keyed_backlog_table
@@ -76,7 +77,7 @@ def test_dagster_records_the_base_table_stale_then_fresh(tmp_path: Path) -> None
     ):
         instance = DagsterInstance.from_ref(InstanceRef.from_dir(str(running.home)))
         with details_lease(opened.store, ttl=600, wait=0):  # the merge waits at its commit meanwhile
-            assert running.start_sensor("fresh_flushed_generations") == "RUNNING"
+            assert running.start_sensor(FLUSHED_SENSOR) == "RUNNING"
             wait_for(
                 "Dagster records the table stale",
                 lambda: freshness(instance, key) == FreshnessState.FAIL,
