@@ -24,6 +24,7 @@ Every service result becomes materialization metadata the same way
 versions over time.
 """
 
+import math
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -251,12 +252,14 @@ def merge_round(
     memwal: MemWalResource,
     keys: TableKeys,
     regions: Sequence[str] | None,
+    max_seconds: float | None = None,
 ) -> MergeResult:
     """One merge round of a table (every region, or `regions`), recorded as the UI shows it.
 
     Each region merged gets a `base_table` materialization with its figures, and
     each an observation of its backlog after the round. Used by the table's merge
-    job and by the location's merge of many tables in one run (jobs.py).
+    job and by the location's merge of many tables in one run (merge_tables.py),
+    which gives each round what is left of its own time (`max_seconds`).
     """
     table = keys.table
     engine = memwal.engine(table, table.merge_engine)
@@ -268,7 +271,7 @@ def merge_round(
             max_generations=table.max_generations_per_merge,
             engine=engine,
             budget=table.merge_budget(),
-            max_seconds=table.merge_round_seconds(),
+            max_seconds=min(table.merge_round_seconds(), max_seconds or math.inf),
         )
         # The UI shows which regions are behind from these observations: refresh the merged ones.
         return result, backlog(opened, regions=sorted({r.region for r in result.regions}))

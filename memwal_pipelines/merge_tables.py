@@ -9,6 +9,7 @@ per region merged); memwal's leases keep it off regions another merger holds,
 which wait for the next round.
 """
 
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -38,21 +39,30 @@ def merge_tables_config(tables: Sequence[str]) -> dict[str, Any]:
 
 
 def merge_tables_job(tables: Sequence[TableKeys]) -> JobDefinition:
-    """The job over `tables`; its runs are bounded like the longest of its tables' merge runs."""
+    """The job over `tables`: its runs carry the shortest `dagster/max_runtime` of their tables' merge runs,
+    and end their rounds within it (a table not reached waits for the next round)."""
     by_name = {k.table.name: k for k in tables}
 
     @op(name="merge_tables", description="One merge round of each named table.")
     def merge_tables(context: OpExecutionContext, config: MergeTablesConfig, memwal: MemWalResource) -> None:
-        def one(name: str) -> str | None:
-            failure = failed_step(merge_round(context, memwal, by_name[name], None))
-            return f"{name}: {failure.description}" if failure is not None else None
+        named = [by_name[name] for name in config.tables]
+        # The run's time: as a lone round's of the shortest-bounded table, shared by its rounds in turn.
+        deadline = time.monotonic() + min(k.table.merge_round_seconds() for k in named)
+
+        def one(keys: TableKeys) -> str | None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                context.log.info(f"{keys.table.name}: left for the next round, the run's time is spent")
+                return None
+            failure = failed_step(merge_round(context, memwal, keys, None, max_seconds=left))
+            return f"{keys.table.name}: {failure.description}" if failure is not None else None
 
         with ThreadPoolExecutor(TABLES_AT_ONCE) as pool:
-            failed = [f for f in pool.map(one, config.tables) if f is not None]
+            failed = [f for f in pool.map(one, named) if f is not None]
         if failed:
             raise Failure(description=f"{len(failed)} table(s) failed: " + "; ".join(failed[:3]))
 
-    bound = max((k.table.merge_max_runtime() for k in tables), default=0)
+    bound = min((k.table.merge_max_runtime() for k in tables), default=0)
 
     @job(name=MERGE_TABLES_JOB, executor_def=in_process_executor, tags={MAX_RUNTIME_TAG: str(bound)})
     def merge_tables_run() -> None:

@@ -17,7 +17,7 @@ stored with every event), stamps the base table with its completion time for
 the FreshnessPolicy (freshness.py), and requests ONE merge round for the table:
 a run of `{table}_merge` over every region partition, which merges all regions
 with work in a few commits. When rounds are due for BATCH_FROM tables or more at
-once, they go in shared runs of `memwal_merge_tables`, TABLES_PER_RUN tables each:
+once, they go in shared runs of `memwal_merge_tables` (as many as run at once, SHARED_RUNS):
 each run is a process that takes seconds of CPU to start, and one per table
 starved every table when all of them flushed at once.
 Its cursor (JSON, per table) remembers the last flushed and merged generations observed per region,
@@ -31,7 +31,8 @@ queued: that run merges whatever is pending when it starts.
 
 `memwal_index_catchup` requests a table's catch-up run when a maintained index lags
 behind merged data, or an index was created or dropped since the MemWAL
-details last listed the maintained ones, once per table version.
+details last listed the maintained ones, once per table version (a table whose
+version did not move since its last tick is not read further).
 
 `memwal_compaction` requests a table's compaction run when the base table has
 `compaction_fragment_threshold` fragments or more and Lance's planner finds
@@ -45,6 +46,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dagster import (
     AssetMaterialization,
@@ -152,9 +154,11 @@ def merge_round_request(
 FLUSHED_SENSOR = "memwal_flushed_generations"
 CATCHUP_SENSOR = "memwal_index_catchup"
 COMPACTION_SENSOR = "memwal_compaction"
-# From this many tables with a round due in one tick, rounds share runs of up to TABLES_PER_RUN tables.
+# From this many tables with a round due in one tick, rounds share SHARED_RUNS runs (dagster.yaml's
+# max_concurrent_runs: they start at once) of at least BATCH_FROM and at most TABLES_PER_RUN tables.
 BATCH_FROM = 3
-TABLES_PER_RUN = 10
+SHARED_RUNS = 4
+TABLES_PER_RUN = 16
 QUEUED = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED]
 UNFINISHED = [*QUEUED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
@@ -258,9 +262,10 @@ def shared_rounds(rounds: Mapping[str, RunRequest], jobs: Mapping[str, TableJobs
             for name, r in rounds.items()
         ]
     names = sorted(rounds)
+    per_run = min(TABLES_PER_RUN, max(BATCH_FROM, -(-len(names) // SHARED_RUNS)))
     runs = []
-    for start in range(0, len(names), TABLES_PER_RUN):
-        batch = names[start : start + TABLES_PER_RUN]
+    for start in range(0, len(names), per_run):
+        batch = names[start : start + per_run]
         runs.append(
             RunRequest(
                 job_name=MERGE_TABLES_JOB,
@@ -316,8 +321,11 @@ def location_sensors(
     def index_catchup(context: SensorEvaluationContext) -> SensorResult:
         runs = []
 
-        def read(keys: TableKeys, _text: str | None) -> str:
+        def read(keys: TableKeys, seen: str | None) -> str:
             with sensor_table(keys.table) as opened:
+                version = str(opened.dataset().version)
+                if version == seen:  # the answer is the same at the same table version
+                    return version
                 state = index_state(opened)
             if state.needs_catchup:
                 name = keys.table.name
@@ -326,7 +334,7 @@ def location_sensors(
                         job_name=jobs[name].catchup.name, run_key=f"{name}:catchup:{state.table_version}"
                     )
                 )
-            return ""
+            return version
 
         return SensorResult(run_requests=runs, cursor=each_table(context, tables, read))
 
@@ -341,23 +349,29 @@ def location_sensors(
         busy = {r.job_name for r in context.instance.get_runs(RunsFilter(statuses=UNFINISHED))}
         runs = []
 
-        def read(keys: TableKeys, _text: str | None) -> str:
+        def read(keys: TableKeys, seen: str | None) -> str:
             job = jobs[keys.table.name].compaction.name
-            request = None if job in busy else compaction_request(keys)
-            if request is not None:
-                runs.append(RunRequest(job_name=job, run_key=request))
-            return ""
+            if job in busy:
+                return seen or ""
+            with sensor_table(keys.table) as opened:
+                dataset = opened.dataset()
+            version = str(dataset.version)
+            if version != seen:  # fragments change only with a new table version
+                request = compaction_request(keys, dataset)
+                if request is not None:
+                    runs.append(RunRequest(job_name=job, run_key=request))
+            return version
 
         return SensorResult(run_requests=runs, cursor=each_table(context, tables, read))
 
     return [flushed_generations, index_catchup, compaction]
 
 
-def compaction_request(keys: TableKeys) -> str | None:
+def compaction_request(keys: TableKeys, dataset: Any) -> str | None:
     """The run key of a compaction the table calls for (enough fragments, and work Lance would do), if any."""
     table = keys.table
+    if len(dataset.get_fragments()) < table.compaction_fragment_threshold:
+        return None
     with sensor_table(table) as opened:
-        if len(opened.dataset().get_fragments()) < table.compaction_fragment_threshold:
-            return None
         plan = plan_compaction(opened, target_rows_per_fragment=table.compaction_target_rows, max_tasks=1)
     return f"{table.name}:compaction:{plan.read_version}" if plan.tasks else None
