@@ -28,6 +28,8 @@ from memwal_pipelines.sensors import location_sensors
 # Dagster 1.13 copies every asset check it loads from a component into a new AssetsDefinition with a
 # beta parameter (`execution_type`) of its own: the warning on every load names nothing memwal sets.
 warnings.filterwarnings("ignore", message="Parameter `execution_type`", category=BetaWarning)
+# Likewise every sensor it re-points to the jobs of merged definitions, with a beta `owners` of its own.
+warnings.filterwarnings("ignore", message="Parameter `owners`", category=BetaWarning)
 
 
 def table_definitions(table: TableConfig) -> Definitions:
