@@ -311,6 +311,9 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         # Stale once a generation waited max_pending_age_seconds: the sensor stamps the table's
         # completion time (freshness.py), so the UI and the alerts agree on what "behind" means.
         freshness_policy=freshness_policy(table),
+        # Where the table lives, shown on the asset's page (the URI holds no credentials: config refuses
+        # one that does); the storage options are named by their variable, never shown.
+        metadata={"table_uri": table.uri, "storage_options_env": table.storage_options_env or ""},
         description="The base table, per region: pending generations merged in ascending order, "
         "many regions per commit (one merge round per run).",
     )
