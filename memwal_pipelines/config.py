@@ -144,7 +144,8 @@ class TableConfig:
     max_index_lag: Threshold = 4
     snapshot_cron: str = "*/15 * * * *"
     sensor_interval_seconds: Count = 5
-    # false: the location's sensors leave the table alone (schedules and runs from the UI still work).
+    # false: the location's sensors leave the table alone (schedules and runs from the UI still work;
+    # nothing stamps its base table's freshness then, so the UI judges it by its merges alone).
     sensors: bool = True
     status_interval_seconds: Seconds = 60.0
     gc_cron: str = "45 * * * *"

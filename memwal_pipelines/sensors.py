@@ -226,7 +226,8 @@ def flushed_tick(
         due = cursor.status_due(state, found.read_at, table.status_interval_seconds)
         view = StatusView(status_since(opened, read, started), found) if due else None
     known = context.instance.get_dynamic_partitions(keys.regions_name)
-    new_regions = [r.region for r in found.regions if r.region not in set(known)]
+    partitions = set(known)
+    new_regions = [r.region for r in found.regions if r.region not in partitions]
     events: list[AssetObservation | AssetMaterialization] = [
         region_observation(keys, r, found.read_at)
         for r in found.regions
