@@ -17,7 +17,7 @@ from memwal_core.services.index_list import ListUpdate
 from memwal_core.services.ingest.service import IngestResult
 from memwal_core.services.initialize import InitResult
 from memwal_core.services.merge.result import MergeResult
-from memwal_core.services.result import ServiceResult
+from memwal_core.services.result import ServiceResult, grouped
 from memwal_core.services.retain import RetentionResult
 from memwal_core.services.snapshot.service import SnapshotResult
 from memwal_core.services.status import TableStatus
@@ -35,6 +35,11 @@ def generation_range(generations: list[int]) -> str:
 
 def dry_run_mark(result: ServiceResult) -> str:
     return " [dry run]" if result.dry_run else ""
+
+
+def failure_lines(result: ServiceResult) -> list[str]:
+    """One line per distinct error: a Spark outage that failed every region is one line, not one per region."""
+    return [f"  FAILED: {group.message}" for group in grouped(result.failures)]
 
 
 @singledispatch
@@ -93,8 +98,7 @@ def _merge(result: MergeResult) -> str:
             f"  batch {b.batch}: {len(b.regions)} region(s), {b.rows_upserted} upserted, {b.tombstones} tombstones, "
             f"{b.rows_deleted} rows deleted in one commit ({b.seconds_commit:.2f} s) -> table v{b.table_version}"
         )
-    for f in result.failures:
-        lines.append(f"  {f.region}  FAILED: {f.error}")
+    lines += failure_lines(result)
     for region in result.busy_regions:
         lines.append(f"  {region}  skipped: another merger holds it")
     planned_any = result.dry_run and result.plan is not None and result.plan.regions
@@ -116,7 +120,7 @@ def _gc(result: GcResult) -> str:
     ]
     if reasons:
         lines.append("  kept: " + ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())))
-    lines.extend(f"  {f.region}  FAILED: {f.error}" for f in result.failures)
+    lines += failure_lines(result)
     return "\n".join(lines)
 
 
