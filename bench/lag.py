@@ -39,6 +39,7 @@ from memwal_core.connect_server import ConnectServer
 from memwal_core.model.table import MemWalTable
 from memwal_core.spark_session import REMOTE_ENV
 from memwal_pipelines.config import TableConfig
+from memwal_pipelines.sensors import FLUSHED_SENSOR
 from tests.support.dagster import DagsterDeployment
 
 SCHEMA = pa.schema(
@@ -106,7 +107,7 @@ def main() -> None:
         started = time.perf_counter()
         with DagsterDeployment(listing, env=env) as dagster:
             print(f"webserver + daemon ready in {time.perf_counter() - started:.1f} s")
-            dagster.start_sensor("lag_flushed_generations")
+            dagster.start_sensor(FLUSHED_SENSOR)
             flushes: list[tuple[str, int, float]] = []
             for i in range(args.flushes):
                 region = regions[i % len(regions)]

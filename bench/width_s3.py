@@ -125,11 +125,11 @@ TICK = """
 import json, os, sys, time
 from dagster import DagsterInstance, build_sensor_context
 from memwal_pipelines.config import TableConfig
-from memwal_pipelines.definitions import build_definitions
+from memwal_pipelines.build import build_definitions
 uri, cursor_file = sys.argv[1], sys.argv[2]
 table = TableConfig(name="width", uri=uri, storage_options_env="WIDTH_OPTIONS")
 definitions = build_definitions([table])
-sensor = definitions.resolve_sensor_def("width_flushed_generations")
+sensor = definitions.resolve_sensor_def("memwal_flushed_generations")
 cursor = open(cursor_file).read() or None
 with DagsterInstance.ephemeral() as instance, build_sensor_context(
     instance=instance, cursor=cursor, resources=definitions.resources

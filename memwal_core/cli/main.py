@@ -21,7 +21,7 @@ import time
 from typing import TYPE_CHECKING
 
 from memwal_core import __version__
-from memwal_core.cli.options import count, number
+from memwal_core.cli.options import count, listen_address, number
 from memwal_core.errors import BadInputError, MemwalError, first_line, redact
 from memwal_core.services.defaults import (
     AUTO,
@@ -30,7 +30,9 @@ from memwal_core.services.defaults import (
     DEFAULT_FENCE_RETENTION_SECONDS,
     DEFAULT_GRACE_SECONDS,
     DEFAULT_INLINE_THRESHOLD,
+    DEFAULT_MAX_PENDING_AGE_SECONDS,
     DEFAULT_MAX_TASKS,
+    DEFAULT_READ_INTERVAL,
     DEFAULT_TARGET_ROWS,
     ENGINES,
     MAX_GRACE_SECONDS,
@@ -112,16 +114,12 @@ def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     return result, _failed_regions(args.command, result.failures)
 
 
-def _failed_regions(command: str, failures: Sequence[Failure]) -> int:
-    """One error line per region that failed alone (the others went on); the exit status they call for."""
-    # A batch that failed as a whole (its engine's job died) fails each of its regions alike: one line.
-    alike: dict[str, list[Failure]] = {}
-    for failure in failures:
-        alike.setdefault(failure.error, []).append(failure)
-    for error, group in alike.items():
-        regions = [f.region for f in group if f.region is not None]
-        line = f"regions {', '.join(regions)}: {error}" if len(regions) > 1 else group[0].message
-        print(f"memwal {command}: error: {line}", file=sys.stderr)
+def _failed_regions(command: str, failures: list[Failure]) -> int:
+    """One error line per distinct error (one outage fails many regions alike); the exit status they call for."""
+    from memwal_core.services.result import grouped
+
+    for group in grouped(failures):
+        print(f"memwal {command}: error: {group.message}", file=sys.stderr)
     return max((f.exit_code for f in failures), default=0)
 
 
@@ -395,6 +393,41 @@ def build_parser() -> argparse.ArgumentParser:
         "demo", parents=[common], help="create a demo MemWAL table with a backlog, then show it"
     )
     p.set_defaults(run=_cmd_demo)
+
+    p = sub.add_parser(
+        "metrics", help="the tables' backlog and service outcomes in Prometheus's text format, or served"
+    )
+    p.add_argument("tables", nargs="+", metavar="TABLE", help="table URI (repeatable)")
+    p.add_argument(
+        "-o",
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="storage option for every table named (repeatable)",
+    )
+    p.add_argument(
+        "--listen",
+        type=listen_address,
+        metavar="HOST:PORT",
+        help="serve /metrics here instead of printing once",
+    )
+    p.add_argument(
+        "--interval",
+        type=number(0.1, 86_400),
+        default=DEFAULT_READ_INTERVAL,
+        metavar="S",
+        help=f"read the tables at most once per S seconds, however often scraped (default {DEFAULT_READ_INTERVAL:g})",
+    )
+    p.add_argument(
+        "--lag-threshold",
+        type=number(0, MAX_GRACE_SECONDS),
+        default=DEFAULT_MAX_PENDING_AGE_SECONDS,
+        metavar="S",
+        help="merge lag above which a table is behind, exported for the alert rules "
+        f"(default {DEFAULT_MAX_PENDING_AGE_SECONDS:g}, the pipeline's max_pending_age_seconds)",
+    )
+    p.set_defaults(run=None)
     return parser
 
 
@@ -409,6 +442,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from memwal_core.storage.options import StorageOptions
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if args.command == "metrics":
+        from memwal_core.cli.metrics import run_metrics
+
+        return run_metrics(args)
     started = time.perf_counter()
     try:
         options = StorageOptions.parse(args.storage_option)

@@ -43,6 +43,13 @@ def dry_run_mark(result: ServiceResult) -> str:
     return " [dry run]" if result.dry_run else ""
 
 
+def failure_lines(result: ServiceResult) -> list[str]:
+    """One line per distinct error: a Spark outage that failed every region is one line, not one per region."""
+    from memwal_core.services.result import grouped
+
+    return [f"  FAILED: {group.message}" for group in grouped(result.failures)]
+
+
 def render(result: ServiceResult) -> str:
     """The text form of a service result."""
     form = _FORMS.get(type(result).__name__)
@@ -111,8 +118,7 @@ def _merge(result: MergeResult) -> str:
             f"  batch {b.batch}: {len(b.regions)} region(s), {b.rows_upserted} upserted, {b.tombstones} tombstones, "
             f"{b.rows_deleted} rows deleted in one commit ({b.seconds_commit:.2f} s) -> table v{b.table_version}"
         )
-    for f in result.failures:
-        lines.append(f"  {f.region}  FAILED: {f.error}")
+    lines += failure_lines(result)
     for region in result.busy_regions:
         lines.append(f"  {region}  skipped: another merger holds it")
     planned_any = result.dry_run and result.plan is not None and result.plan.regions
@@ -134,7 +140,7 @@ def _gc(result: GcResult) -> str:
     ]
     if reasons:
         lines.append("  kept: " + ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())))
-    lines.extend(f"  {f.region}  FAILED: {f.error}" for f in result.failures)
+    lines += failure_lines(result)
     return "\n".join(lines)
 
 

@@ -34,5 +34,11 @@ MIN_FENCE_RETENTION_SECONDS = 86400.0
 # A grace period longer than ten years is a typo, not a policy.
 MAX_GRACE_SECONDS = 10 * 365 * 86400.0
 
+# The merge lag (age of the oldest pending generation) above which a table is behind: the default of
+# the pipeline's asset check, its FreshnessPolicy and the exporter's alert threshold alike.
+DEFAULT_MAX_PENDING_AGE_SECONDS = 900.0
+# metrics: seconds a reading is served before the tables are read again (Prometheus's usual scrape interval).
+DEFAULT_READ_INTERVAL = 15.0
+
 # Where a service's tasks run.
 ENGINES = ("local", "spark")
