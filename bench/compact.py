@@ -36,7 +36,8 @@ os.environ.setdefault("LANCE_LOG", "error")
 
 from bench.merge import build, check, spark_engine
 from memwal_core.model.table import MemWalTable
-from memwal_core.services.compact import DEFAULT_TARGET_ROWS, CompactionResult, compact
+from memwal_core.services.compact import CompactionResult, compact
+from memwal_core.services.defaults import DEFAULT_TARGET_ROWS
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.service import merge
 

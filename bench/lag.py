@@ -44,6 +44,7 @@ from memwal_core.connect_server import ConnectServer
 from memwal_core.model.table import MemWalTable
 from memwal_core.spark_session import REMOTE_ENV
 from memwal_pipelines.config import TableConfig
+from memwal_pipelines.sensors import FLUSHED_SENSOR
 from tests.support.dagster import DagsterDeployment
 
 SCHEMA = pa.schema(
@@ -116,7 +117,7 @@ def measure(
     threshold = "" if min_rows is None else f", spark_min_rows: {min_rows}"
     listing.write_text(f"tables:\n  - {{name: lag, uri: '{uri}', merge_engine: {engine}{threshold}}}\n")
     with DagsterDeployment(listing, env=env) as dagster:
-        dagster.start_sensor("lag_flushed_generations")
+        dagster.start_sensor(FLUSHED_SENSOR)
         flushes: list[tuple[str, int, float]] = []
         for i in range(args.flushes):
             region = regions[i % len(regions)]

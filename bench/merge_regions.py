@@ -3,6 +3,7 @@
 Cases (a 4M-row base with a BTree on the key; regions own disjoint keys):
   wide: 256 regions x 1 generation x 2,000 rows
   deep: 32 regions x 8 generations x 5,000 rows
+  narrow: 64 regions x 1 generation x 2,000 rows (the round issue 35 measured on local disk)
 Strategies, each from the same pre-merge table version (restored between runs),
 each final table checked against a model of the writes:
   (a) memwal merge, local engine (plan + read + collapse + commit, all timed)
@@ -13,7 +14,7 @@ each final table checked against a model of the writes:
 Prints medians and the ratios (a)/(f) (aim <= 1.5), (p)/(a) (aim >= 10 at 256
 regions) and (b)/(a) (aim <= 1.5).
 
-Usage: python bench/merge_regions.py [--case wide|deep|both] [--repeats 3] [--floor-repeats 1]
+Usage: python bench/merge_regions.py [--case wide|deep|narrow|both] [--repeats 3] [--floor-repeats 1]
        [--base-rows 4000000] [--skip-spark] [--dir DIR]
 """
 
@@ -41,9 +42,10 @@ os.environ.setdefault("LANCE_LOG", "error")
 from bench.merge import spark_engine
 from memwal_core.model.evolution import TableFields
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.defaults import SINGLE
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.collapse import collapse_tables, read_generation
-from memwal_core.services.merge.commit import SINGLE, CommitPlan, commit_batch, commit_region
+from memwal_core.services.merge.commit import CommitPlan, commit_batch, commit_region
 from memwal_core.services.merge.plan import plan_merge
 from memwal_core.services.merge.service import merge
 
@@ -54,7 +56,7 @@ SCHEMA = pa.schema(
         pa.field("s", pa.string()),
     ]
 )
-CASES = {"wide": (256, 1, 2_000), "deep": (32, 8, 5_000)}
+CASES = {"wide": (256, 1, 2_000), "deep": (32, 8, 5_000), "narrow": (64, 1, 2_000)}
 DELETE_SHARE = 20  # one key in 20 of each generation is a delete
 
 
@@ -185,7 +187,7 @@ def run_case(name: str, args: argparse.Namespace, spark: Engine | None, workdir:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", choices=["wide", "deep", "both"], default="both")
+    parser.add_argument("--case", choices=[*CASES, "both"], default="both")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--floor-repeats", type=int, default=1, help="repeats of (p), the slowest strategy")
     parser.add_argument("--base-rows", type=int, default=4_000_000)

@@ -35,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCE_LOG", "error")
 
 from bench.merge_index import SCHEMA, build
+from memwal_core.services.defaults import SINGLE
 from memwal_core.services.merge.batch_merge import has_key_index
-from memwal_core.services.merge.commit import SINGLE, CommitPlan, choose_commit, commit_batch
+from memwal_core.services.merge.commit import CommitPlan, choose_commit, commit_batch
 
 UPSERTS, DELETES = 3_000, 200
 

@@ -395,8 +395,8 @@ def hold_after_fenced_delete(control: Path, name: str) -> None:
 
 def _merge(table: Any, args: argparse.Namespace) -> dict[str, Any]:
     """One round with a random commit form, batch budget and generation cap, on this merger's engine."""
+    from memwal_core.services.defaults import COMMIT_FORMS
     from memwal_core.services.merge.batch import MergeBudget
-    from memwal_core.services.merge.commit import COMMIT_FORMS
     from memwal_core.services.merge.service import merge
 
     engine = args.merge_engine
@@ -455,7 +455,8 @@ def _gc(table: Any, args: argparse.Namespace) -> dict[str, Any]:
     The fence retention is at its shortest (a day): WAL entries and manifest versions stay that long,
     so a writer stalled for less finds every slot it may write to taken.
     """
-    from memwal_core.services.gc.rules import MIN_FENCE_RETENTION_SECONDS, GcPolicy
+    from memwal_core.services.defaults import MIN_FENCE_RETENTION_SECONDS
+    from memwal_core.services.gc.rules import GcPolicy
     from memwal_core.services.gc.service import gc
     from memwal_core.services.retain import retain
 

@@ -19,6 +19,10 @@ from typing import TYPE_CHECKING, Any
 from memwal_core.lance_log import quiet_lance_log
 from memwal_core.process_memory import bound_process_memory
 
+# The one place the version is written: pyproject.toml reads it from here, and `memwal --version`
+# prints it without importlib.metadata (about 25 ms of every start).
+__version__ = "0.1.0"
+
 # Before anything imports lance: Lance reads its log settings once, when it loads.
 quiet_lance_log()
 bound_process_memory()

@@ -21,15 +21,21 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memwal_core.cli.render import render
 from memwal_core.demo import write_demo_table
 from memwal_core.errors import MemwalError
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
-from memwal_pipelines.config import DEFAULT_TABLE_URI, TableConfig
+from memwal_pipelines.build import build_definitions
+from memwal_pipelines.component import MemWalTableComponent
+from memwal_pipelines.config import DEFAULT_TABLE_URI, URI_ENV, TableConfig
+from memwal_pipelines.sensors import FLUSHED_SENSOR
 from memwal_pipelines.warm_spark import warm_spark
+
+if TYPE_CHECKING:
+    from dagster import Definitions
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # The jobs after the merges, in the order the daemon's sensors and schedules would run them.
@@ -77,7 +83,7 @@ def _ui_hint(home: Path, table: Path) -> str:
     """
     words = [f"DAGSTER_HOME={home}"]
     if table.resolve() != PROJECT_ROOT / DEFAULT_TABLE_URI:
-        words.append(f"MEMWAL_TABLE_URI={table.resolve()}")
+        words.append(f"{URI_ENV}={table.resolve()}")
     words += [os.path.relpath(Path(sys.executable).parent / "dg"), "dev", "-h", "127.0.0.1"]
     if not Path.cwd().resolve().is_relative_to(PROJECT_ROOT):
         words += ["--target-path", os.path.relpath(PROJECT_ROOT)]
@@ -88,17 +94,26 @@ def _ui_hint(home: Path, table: Path) -> str:
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
 
-def run_once(table: TableConfig, *, verbose: bool = False) -> list[str]:
+def demo_definitions(table: Path) -> tuple[TableConfig, Definitions]:
+    """The demo table's component, as `dg dev` loads it from the defs folder, on the table at `table`."""
+    from dagster import ComponentTree
+
+    os.environ[URI_ENV] = str(table.absolute())
+    tree = ComponentTree.for_project(path_within_project=PROJECT_ROOT / "memwal_pipelines")
+    (component,) = (c for c in tree.get_all_components(MemWalTableComponent) if c.name == "demo")
+    # Its definitions alone: the location's sensors would read the defs folder's other tables too.
+    return component, build_definitions([component])
+
+
+def run_once(table: TableConfig, definitions: Definitions, *, verbose: bool = False) -> list[str]:
     """Every job of `table` once, in order; returns one line per run."""
     from dagster import DagsterInstance, SensorResult, build_sensor_context
 
-    from memwal_pipelines.definitions import build_definitions
     from memwal_pipelines.keys import TableKeys
 
     keys = TableKeys(table)
-    definitions = build_definitions([table])
     instance = DagsterInstance.get()
-    sensor = definitions.resolve_sensor_def(f"{table.name}_flushed_generations")
+    sensor = definitions.resolve_sensor_def(FLUSHED_SENSOR)
     with build_sensor_context(instance=instance, resources=definitions.resources) as context:
         tick = sensor(context)
     assert isinstance(tick, SensorResult)
@@ -167,9 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "spark":
             return _serve_spark(home)
         with warm_spark(home):
-            lines = run_once(
-                TableConfig(name="demo", uri=str(Path(args.table).absolute())), verbose=args.verbose
-            )
+            lines = run_once(*demo_definitions(Path(args.table)), verbose=args.verbose)
         for line in lines:
             print(line)
         with MemWalTable.open(args.table) as table:

@@ -24,6 +24,7 @@ Every service result becomes materialization metadata the same way
 versions over time.
 """
 
+import math
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -41,6 +42,7 @@ from dagster import (
     Failure,
     MaterializeResult,
     MetadataValue,
+    OpExecutionContext,
     Output,
     RetryRequested,
     asset,
@@ -56,10 +58,11 @@ from memwal_core.services.gc import rules
 from memwal_core.services.gc.service import GcResult, gc
 from memwal_core.services.merge.result import MergeResult
 from memwal_core.services.merge.service import merge
-from memwal_core.services.result import ServiceResult
+from memwal_core.services.result import ServiceResult, grouped
 from memwal_core.services.retain import RetentionResult, parse_duration, retain
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status_and_backlog
+from memwal_pipelines.freshness import freshness_policy
 from memwal_pipelines.keys import TableKeys
 from memwal_pipelines.resources import MemWalResource
 from memwal_pipelines.status_view import StatusView
@@ -97,17 +100,18 @@ def service_metadata(result: ServiceResult, **extra: Any) -> dict[str, Any]:
 def on_table(memwal: MemWalResource, keys: TableKeys, run: Callable[[MemWalTable], R]) -> R:
     """Open the table from the resource and run one service; memwal's errors become a one-line Failure."""
     try:
-        with memwal.open(keys.table.name) as opened:
+        with memwal.open(keys.table) as opened:
             return run(opened)
     except MemwalError as exc:
         raise Failure(description=str(exc), metadata={"error": type(exc).__name__}) from exc
 
 
 def failed_step(result: ServiceResult, metadata: Mapping[str, Any] | None = None) -> Failure | None:
-    """The step failure a result calls for: the regions that failed while the rest went on, if any."""
-    if not result.failures:
+    """The step failure a result calls for: one line per distinct error of the regions that failed, if any."""
+    groups = grouped(result.failures)
+    if not groups:
         return None
-    shown = "; ".join(f.message for f in result.failures[:3])
+    shown = "; ".join(g.message for g in groups[:3])
     return Failure(description=f"{len(result.failures)} region(s) failed: {shown}", metadata=metadata)
 
 
@@ -243,6 +247,44 @@ def region_figures(result: MergeResult) -> dict[str, dict[str, Any]]:
     return figures
 
 
+def merge_round(
+    context: OpExecutionContext | AssetExecutionContext,
+    memwal: MemWalResource,
+    keys: TableKeys,
+    regions: Sequence[str] | None,
+    max_seconds: float | None = None,
+) -> MergeResult:
+    """One merge round of a table (every region, or `regions`), recorded as the UI shows it.
+
+    Each region merged gets a `base_table` materialization with its figures, and
+    each an observation of its backlog after the round. Used by the table's merge
+    job and by the location's merge of many tables in one run (merge_tables.py),
+    which gives each round what is left of its own time (`max_seconds`).
+    """
+    table = keys.table
+    engine = memwal.engine(table, table.merge_engine)
+
+    def one_round(opened: MemWalTable) -> tuple[MergeResult, TableBacklog]:
+        result = merge(
+            opened,
+            regions=regions,
+            max_generations=table.max_generations_per_merge,
+            engine=engine,
+            budget=table.merge_budget(),
+            max_seconds=min(table.merge_round_seconds(), max_seconds or math.inf),
+        )
+        # The UI shows which regions are behind from these observations: refresh the merged ones.
+        return result, backlog(opened, regions=sorted({r.region for r in result.regions}))
+
+    result, after = on_table(memwal, keys, one_round)
+    context.log.info(render(result))
+    for region, figures in region_figures(result).items():
+        context.log_event(AssetMaterialization(asset_key=keys.base, partition=region, metadata=figures))
+    for region_backlog in after.regions:
+        context.log_event(region_observation(keys, region_backlog, after.read_at))
+    return result
+
+
 def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
     """Every asset of one table."""
     table = keys.table
@@ -266,31 +308,32 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         output_required=False,
         # One slot (dagster.yaml): one merge round of this table at a time.
         pool=f"memwal_merge_{table.name}",
+        # Stale once a generation waited max_pending_age_seconds: the sensor stamps the table's
+        # completion time (freshness.py), so the UI and the alerts agree on what "behind" means.
+        freshness_policy=freshness_policy(table),
+        # Where the table lives and which Spark merges it, shown on the asset's page (config refuses a URI
+        # with credentials and a Connect URL with a token); storage options and a token's URL are named by
+        # their variable, never shown.
+        metadata={
+            "table_uri": table.uri,
+            "storage_options_env": table.storage_options_env or "",
+            **{
+                key: value
+                for key, value in (
+                    ("spark_master", table.spark_master),
+                    ("spark_remote", table.spark_remote),
+                    ("spark_remote_env", table.spark_remote_env),
+                )
+                if value
+            },
+        },
         description="The base table, per region: pending generations merged in ascending order, "
         "many regions per commit (one merge round per run).",
     )
     def base_table(context: AssetExecutionContext, memwal: MemWalResource) -> Iterator[Output[None]]:
         chosen = context.partition_keys
         everything = set(chosen) >= set(context.instance.get_dynamic_partitions(keys.regions_name))
-        engine = memwal.engine(table.name, table.merge_engine)
-
-        def merge_round(opened: MemWalTable) -> tuple[MergeResult, TableBacklog]:
-            result = merge(
-                opened,
-                regions=None if everything else chosen,
-                max_generations=table.max_generations_per_merge,
-                engine=engine,
-                budget=table.merge_budget(),
-            )
-            # The UI shows which regions are behind from these observations: refresh the merged ones.
-            return result, backlog(opened, regions=sorted({r.region for r in result.regions}))
-
-        result, after = on_table(memwal, keys, merge_round)
-        context.log.info(render(result))
-        for region, figures in region_figures(result).items():
-            context.log_event(AssetMaterialization(asset_key=keys.base, partition=region, metadata=figures))
-        for region_backlog in after.regions:
-            context.log_event(region_observation(keys, region_backlog, after.read_at))
+        result = merge_round(context, memwal, keys, None if everything else chosen)
         failure = failed_step(result)
         if failure is not None:
             raise failure
@@ -302,7 +345,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
     def run_compaction(memwal: MemWalResource, opened: MemWalTable) -> CompactionResult:
         return compact(
             opened,
-            engine=memwal.engine(table.name, table.merge_engine),
+            engine=memwal.engine(table, table.merge_engine),
             target_rows_per_fragment=table.compaction_target_rows,
             max_tasks=table.compaction_max_tasks,
         )

@@ -1,9 +1,10 @@
-"""The tables the code location maintains, read from a YAML file named by MEMWAL_TABLES.
+"""A maintained table's keys (`TableConfig`), and the MEMWAL_TABLES list of tables.
 
-Without MEMWAL_TABLES the location maintains one table: the README's demo table
-(or MEMWAL_TABLE_URI), with storage options from the JSON in
-MEMWAL_STORAGE_OPTIONS. Credentials never go in this file: each table names the
-environment variable that holds its storage options.
+The same keys are the attributes of a `MemWalTableComponent` (component.py,
+one table per `defs.yaml`, the code location's default) and of each entry of
+the YAML file MEMWAL_TABLES names, which, when set, replaces the defs folder's
+tables. Credentials never go in either: each table names the environment
+variable that holds its storage options.
 
 Every key is typed and checked when the list loads (a strict pydantic model:
 `"5"` is no count and `2.5` no integer; only `name`, `uri` and
@@ -26,11 +27,13 @@ tables:
     # spark_remote sc://10.0.0.5:15002 (no token), or spark_master spark://10.0.0.5:7077 (default: the pipeline's)
     max_batch_rows: 1000000      # per merge commit (default: from the machine's memory)
     max_batch_bytes: 2147483648
+    merge_max_runtime_seconds: 1800  # a merge run lasting longer is failed as dead (default: from the budget)
     max_backlog_generations: 16  # asset check thresholds
     max_pending_age_seconds: 900
     max_index_lag: 4
     snapshot_cron: "*/15 * * * *"
     sensor_interval_seconds: 5   # how often the flushed-generations sensor reads the backlog
+    sensors: true                # false: the sensors start no merge, catch-up or compaction runs for it
     status_interval_seconds: 60  # the sensor records the status at most this often (when it changed)
     gc_cron: "45 * * * *"        # GC, after the blocking LSM-consistency check
     gc_grace_seconds: 3600       # a pruned generation's directory stays this long
@@ -46,8 +49,6 @@ tables:
 ```
 """
 
-from __future__ import annotations
-
 import difflib
 import math
 import os
@@ -60,33 +61,48 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import AfterValidator, ConfigDict, ValidationError, ValidationInfo, field_validator
 from pydantic.dataclasses import dataclass
-from pydantic_core import PydanticCustomError
 
 from memwal_core.arguments import Range
 from memwal_core.errors import BadInputError
-from memwal_core.services.compact import DEFAULT_TARGET_ROWS
-from memwal_core.services.gc.rules import (
+from memwal_core.services.defaults import (
     DEFAULT_FENCE_RETENTION_SECONDS,
     DEFAULT_GRACE_SECONDS,
+    DEFAULT_MAX_PENDING_AGE_SECONDS,
+    DEFAULT_TARGET_ROWS,
     MAX_GRACE_SECONDS,
     MIN_FENCE_RETENTION_SECONDS,
-    GcPolicy,
 )
+from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.retain import MIN_AGE, parse_duration
 from memwal_core.spark_session import check_spark_target, remote_holds_credentials
 from memwal_core.storage.stores import normalize_uri, refuse_credentials
 
 DEFAULT_TABLE_URI = "demo/table"
+# What a merge run's bound (`merge_max_runtime`) is made of: its start, then this many batches of the
+# budget collapsed at no less than this speed (a loaded 2-core machine collapses about 40 MiB/s).
+MERGE_RUN_START_SECONDS = 120.0
+# The lag threshold is the base table's FreshnessPolicy window too, which Dagster refuses under a minute.
+MIN_PENDING_AGE_SECONDS = 60.0
+MERGE_BATCHES_PER_RUN = 3
+MERGE_BYTES_PER_SECOND_FLOOR = 4 << 20
 TABLES_ENV = "MEMWAL_TABLES"
+# Where the demo table's component (memwal_pipelines/defs/demo/defs.yaml) finds the table.
+URI_ENV = "MEMWAL_TABLE_URI"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 T = TypeVar("T")
+# How pydantic prefixes the message of a ValueError a check raised.
+VALUE_ERROR = "Value error, "
 
 
-def _invalid(message: str) -> PydanticCustomError:
-    """A check's message as pydantic reports it, with the key in front and nothing added."""
-    return PydanticCustomError("memwal", message)
+def _invalid(message: str) -> ValueError:
+    """A check's refusal; pydantic reports it as a value error, whose prefix `_first_error` drops.
+
+    A plain ValueError, not a custom pydantic error type: Dagster's component loader re-raises
+    pydantic's errors by their type, and knows only pydantic's own types.
+    """
+    return ValueError(message)
 
 
 def _ranged(allowed: Range, *, whole_number: bool = True) -> AfterValidator:
@@ -124,11 +140,18 @@ class TableConfig:
     # What one merge commit may collapse (None: a share of the machine's memory, see docs/merge.md).
     max_batch_rows: Count | None = None
     max_batch_bytes: Count | None = None
+    # Seconds after which Dagster fails a merge run as dead (`dagster/max_runtime`); default from the budget.
+    merge_max_runtime_seconds: Annotated[int, _ranged(Range(60))] | None = None
     max_backlog_generations: Threshold = 16
-    max_pending_age_seconds: Seconds = 900.0
+    max_pending_age_seconds: Annotated[
+        float, _ranged(Range(MIN_PENDING_AGE_SECONDS, math.inf), whole_number=False)
+    ] = DEFAULT_MAX_PENDING_AGE_SECONDS
     max_index_lag: Threshold = 4
     snapshot_cron: str = "*/15 * * * *"
     sensor_interval_seconds: Count = 5
+    # false: the location's sensors leave the table alone (schedules and runs from the UI still work;
+    # nothing stamps its base table's freshness then, so the UI judges it by its merges alone).
+    sensors: bool = True
     status_interval_seconds: Seconds = 60.0
     gc_cron: str = "45 * * * *"
     gc_grace_seconds: Annotated[float, _ranged(Range(0, MAX_GRACE_SECONDS), whole_number=False)] = (
@@ -209,6 +232,24 @@ class TableConfig:
     def merge_budget(self) -> MergeBudget:
         return MergeBudget.default(max_rows=self.max_batch_rows, max_bytes=self.max_batch_bytes)
 
+    def merge_max_runtime(self) -> int:
+        """How long a merge run may last before Dagster's run monitoring fails it as dead.
+
+        A run whose worker died with the daemon's process tree stays STARTED and keeps
+        the table's pool slot; this bound is what frees it. Sized from the batch budget:
+        the run's start (code, Spark session), then rounds of batches that each collapse
+        at most `max_batch_bytes` at no less than MERGE_BYTES_PER_SECOND_FLOOR.
+        """
+        if self.merge_max_runtime_seconds is not None:
+            return self.merge_max_runtime_seconds
+        batch = self.merge_budget().max_bytes / MERGE_BYTES_PER_SECOND_FLOOR
+        return int(MERGE_RUN_START_SECONDS + MERGE_BATCHES_PER_RUN * batch)
+
+    def merge_round_seconds(self) -> float:
+        """When a merge run stops starting batches: early enough that its last batch ends inside the bound."""
+        working = self.merge_max_runtime() - MERGE_RUN_START_SECONDS
+        return max(1.0, working - working / MERGE_BATCHES_PER_RUN)
+
 
 def _service_check(check: Callable[[], T]) -> T:
     """Run a service's own check of a value; its refusal becomes this key's error."""
@@ -221,24 +262,14 @@ def _service_check(check: Callable[[], T]) -> T:
 KEYS = tuple(f.name for f in fields(TableConfig))
 
 
-def default_tables() -> list[TableConfig]:
-    return [
-        TableConfig(
-            name="demo",
-            uri=os.environ.get("MEMWAL_TABLE_URI", DEFAULT_TABLE_URI),
-            storage_options_env="MEMWAL_STORAGE_OPTIONS",
-        )
-    ]
-
-
 def load_tables(path: str | None = None) -> list[TableConfig]:
-    """The table list from `path` (default: $MEMWAL_TABLES), or the demo table.
+    """The table list from `path` (default: $MEMWAL_TABLES).
 
     Every refusal is a BadInputError of one line naming the file, the table and the key.
     """
     path = path or os.environ.get(TABLES_ENV)
     if not path:
-        return default_tables()
+        raise BadInputError(f"no table list: {TABLES_ENV} is not set")
     try:
         document = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -281,4 +312,5 @@ def _first_error(exc: ValidationError) -> str:
     if error["type"] == "missing":
         return f"{key}: missing (every table needs a name and a uri)"
     # A range check names its key itself, as the library's argument checks do.
-    return error["msg"] if error["msg"].startswith(f"{key} ") else f"{key}: {error['msg']}"
+    message = error["msg"].removeprefix(VALUE_ERROR)
+    return message if message.startswith(f"{key} ") else f"{key}: {message}"

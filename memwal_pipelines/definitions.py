@@ -1,54 +1,29 @@
-"""The code location: `dagster dev -w workspace.yaml` loads `defs` from here.
+"""The code location: `dg dev` (and `dagster dev -w workspace.yaml`) loads `defs` from here.
 
-One set of assets, checks, jobs, sensors and schedules per table of the table
-list (MEMWAL_TABLES, see config.py; default: the README's demo table).
+Its tables are the `MemWalTableComponent` instances of the project's defs
+folder (`memwal_pipelines/defs/`: the demo table, and every table added with
+`dg scaffold defs memwal_pipelines.MemWalTableComponent NAME`), or, when
+MEMWAL_TABLES names a table list (config.py), the tables of that list instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import os
+from pathlib import Path
 
-from dagster import Definitions
+from dagster import Definitions, load_from_defs_folder
 
-from memwal_pipelines.assets import table_assets
-from memwal_pipelines.checks import table_checks
-from memwal_pipelines.config import TableConfig, load_tables
-from memwal_pipelines.ingest import ingest_job
-from memwal_pipelines.jobs import table_jobs, table_schedules
-from memwal_pipelines.keys import TableKeys
-from memwal_pipelines.resources import memwal_resource
-from memwal_pipelines.sensors import compaction_sensor, flushed_generations_sensor, index_catchup_sensor
+from memwal_pipelines.build import build_definitions
+from memwal_pipelines.config import TABLES_ENV, load_tables
+
+PACKAGE = Path(__file__).parent
 
 
-def build_definitions(tables: Sequence[TableConfig]) -> Definitions:
-    """Everything Dagster shows and runs for `tables`."""
-    assets: list[Any] = []
-    checks: list[Any] = []
-    jobs: list[Any] = []
-    sensors: list[Any] = []
-    schedules: list[Any] = []
-    for table in tables:
-        keys = TableKeys(table)
-        table_job_set = table_jobs(keys)
-        assets += table_assets(keys)
-        checks += table_checks(keys)
-        jobs += [*table_job_set.all, ingest_job(keys)]
-        sensors += [
-            flushed_generations_sensor(keys, table_job_set),
-            index_catchup_sensor(keys, table_job_set),
-            compaction_sensor(keys, table_job_set),
-        ]
-        schedules += table_schedules(keys, table_job_set)
-    return Definitions(
-        assets=assets,
-        asset_checks=checks,
-        jobs=jobs,
-        sensors=sensors,
-        schedules=schedules,
-        # One resource for every table: its parameter name `memwal` is the key.
-        resources={"memwal": memwal_resource(tables)},
-    )
+def location_definitions() -> Definitions:
+    """The defs folder's tables, or MEMWAL_TABLES's list when it is set."""
+    if os.environ.get(TABLES_ENV):
+        return build_definitions(load_tables())
+    return load_from_defs_folder(path_within_project=PACKAGE)
 
 
-defs = build_definitions(load_tables())
+defs = location_definitions()

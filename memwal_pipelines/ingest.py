@@ -53,7 +53,7 @@ def ingest_job(keys: TableKeys) -> JobDefinition:
                 table,
                 config.sources,
                 fmt=config.format,
-                engine=memwal.engine(name, config.engine),
+                engine=memwal.engine(keys.table, config.engine),
                 writer_options=options,
             ),
         )

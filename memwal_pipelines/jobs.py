@@ -34,6 +34,9 @@ if TYPE_CHECKING:  # what define_asset_job returns; dagster does not export the 
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 SERVICE_TAG = "memwal/service"
+
+# Dagster's run monitoring fails a run older than this tag's seconds, even one whose worker is gone.
+MAX_RUNTIME_TAG = "dagster/max_runtime"
 UPKEEP_TAG = "memwal/upkeep"
 CHECKS_CRON = "*/10 * * * *"
 
@@ -94,7 +97,8 @@ def table_jobs(keys: TableKeys) -> TableJobs:
             "merge",
             AssetSelection.assets(keys.base).without_checks(),
             "One merge round: every covered region's pending generations, many regions per commit.",
-            tags={},
+            # A run whose worker died (kill -9 of the daemon's tree) is failed after this, freeing its slot.
+            tags={MAX_RUNTIME_TAG: str(keys.table.merge_max_runtime())},
         ),
         catchup=job(
             "catchup",

@@ -1,9 +1,10 @@
-"""The code location's one Dagster resource: every maintained table, opened by name.
+"""The code location's one Dagster resource: the pipeline's Spark, and how runs open their table.
 
 Dagster injects it by parameter (`memwal: MemWalResource`) into every asset,
 asset check, op and sensor. A resource key means one resource across the
-whole location, so there cannot be one typed resource per table under a fixed
-parameter name; this one knows every table by its name instead.
+whole location, and each table's definitions come from a component of their
+own, so the resource knows no table: every asset, check, op and sensor is
+built for one table (`TableConfig`) and hands it to the resource.
 
 Storage options come from each table's environment variable (a JSON object),
 read when the table is opened, in the run's or the sensor's own process:
@@ -22,13 +23,16 @@ memwal's own settings (`memwal_core.spark_session.spark_conf`). A table's own
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
+import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from dagster import Config, ConfigurableResource, InitResourceContext
+from dagster import ConfigurableResource, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 
 from memwal_core.errors import BadInputError
@@ -53,29 +57,19 @@ warnings.filterwarnings(
 )
 
 
-class TableLocation(Config):
-    """Where one table lives and which Spark its runs use, when not the pipeline's (never its credentials)."""
-
-    uri: str
-    storage_options_env: str | None = None
-    spark_master: str | None = None
-    spark_remote: str | None = None
-    # The variable holding a Spark Connect URL with a token: only its name enters Dagster's config.
-    spark_remote_env: str | None = None
-
-    def remote(self) -> str | None:
-        """The table's own Spark Connect URL, read from its variable at run time if it names one."""
-        if not self.spark_remote_env:
-            return self.spark_remote
-        remote = os.environ.get(self.spark_remote_env)
-        if not remote:
-            raise BadInputError(f"{self.spark_remote_env} (the table's spark_remote_env) is not set")
-        return remote
-
-
 # In `spark_config`: the variable that holds the Connect URL, read when a run builds its session, so a
 # token in the URL never enters the config every Dagster view shows.
 REMOTE_FROM_ENV = "memwal.spark.remote.env"
+
+
+def table_remote(table: TableConfig) -> str | None:
+    """The table's own Spark Connect URL, read from its variable at run time if it names one."""
+    if not table.spark_remote_env:
+        return table.spark_remote
+    remote = os.environ.get(table.spark_remote_env)
+    if not remote:
+        raise BadInputError(f"{table.spark_remote_env} (the table's spark_remote_env) is not set")
+    return remote
 
 
 def pipeline_spark_config() -> dict[str, str]:
@@ -91,6 +85,49 @@ def pipeline_spark_config() -> dict[str, str]:
     if remote:
         return {"spark.remote": remote}
     return spark_conf(master, SPARK_CONF)
+
+
+def storage_options(table: TableConfig) -> StorageOptions:
+    """The table's storage options, from the JSON object in the environment variable it names."""
+    variable = table.storage_options_env
+    if not variable:
+        return StorageOptions()
+    raw = os.environ.get(variable, "")
+    try:
+        values = json.loads(raw) if raw else {}
+    except ValueError:
+        values = None
+    if not isinstance(values, dict):
+        raise BadInputError(f"{variable} does not hold a JSON object")
+    return StorageOptions.checked(values)
+
+
+_SENSOR_TABLES: dict[tuple[str, str], MemWalTable] = {}
+_SENSOR_TABLES_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def sensor_table(table: TableConfig) -> Iterator[MemWalTable]:
+    """The table a sensor reads, kept open in the code server from one tick to the next.
+
+    Opening a table (its store's connections and threads, Lance's caches) costs
+    more than an idle tick's reads, and Dagster would also build the resource on
+    every tick: sensors take neither. A tick that fails drops the table, so the
+    next one opens it afresh (new credentials, an endpoint back).
+    """
+    options = storage_options(table)
+    key = (table.uri, json.dumps(options.as_dict(), sort_keys=True))
+    with _SENSOR_TABLES_LOCK:
+        opened = _SENSOR_TABLES.get(key)
+        if opened is None:
+            opened = _SENSOR_TABLES[key] = MemWalTable.open(table.uri, options)
+    try:
+        yield opened
+    except BaseException:
+        with _SENSOR_TABLES_LOCK:
+            if _SENSOR_TABLES.pop(key, None) is opened:
+                opened.close()
+        raise
 
 
 class PipelineSparkResource(LazyPySparkResource):
@@ -123,65 +160,44 @@ class PipelineSparkResource(LazyPySparkResource):
 
 
 class MemWalResource(ConfigurableResource):  # type: ignore[type-arg]
-    """Every table of the code location, by name (the `name` of the table list), and the pipeline's Spark."""
+    """The pipeline's Spark, and how a run opens its table: every asset is built for one table and passes it."""
 
-    tables: dict[str, TableLocation]
     pyspark: PipelineSparkResource
 
-    def location(self, name: str) -> TableLocation:
-        try:
-            return self.tables[name]
-        except KeyError:
-            raise BadInputError(f"the code location maintains no table {name!r}") from None
+    def storage_options(self, table: TableConfig) -> StorageOptions:
+        return storage_options(table)
 
-    def storage_options(self, name: str) -> StorageOptions:
-        variable = self.location(name).storage_options_env
-        if not variable:
-            return StorageOptions()
-        raw = os.environ.get(variable, "")
-        try:
-            values = json.loads(raw) if raw else {}
-        except ValueError:
-            values = None
-        if not isinstance(values, dict):
-            raise BadInputError(f"{variable} does not hold a JSON object")
-        return StorageOptions.checked(values)
+    def open(self, table: TableConfig) -> MemWalTable:
+        return MemWalTable.open(table.uri, storage_options(table))
 
-    def open(self, name: str) -> MemWalTable:
-        return MemWalTable.open(self.location(name).uri, self.storage_options(name))
-
-    def spark_session(self, name: str) -> SparkSession:
-        """The run's SparkSession for table `name`: on the table's own Spark if it names one, else the pipeline's."""
+    def spark_session(self, table: TableConfig) -> SparkSession:
+        """The run's SparkSession for `table`: on the table's own Spark if it names one, else the pipeline's."""
         from memwal_core.spark_session import spark_session
 
-        table = self.location(name)
-        remote = table.remote()
+        remote = table_remote(table)
         if table.spark_master or remote:
             return spark_session(table.spark_master, SPARK_CONF, remote=remote)
         session: SparkSession = self.pyspark.spark_session
         return session
 
-    def engine(self, name: str, kind: str) -> Engine:
-        """Where a run of table `name` does its data work: `kind` "spark" on the run's session, else local."""
+    def engine(self, table: TableConfig, kind: str) -> Engine:
+        """Where a run of `table` does its data work: `kind` "spark" on the run's session, else local."""
         if kind == "spark":
-            return SparkEngine(self.spark_session(name))
+            return SparkEngine(self.spark_session(table))
         return engine_named(kind)
 
 
-def memwal_resource(
-    tables: Sequence[TableConfig], pyspark: PipelineSparkResource | None = None
-) -> MemWalResource:
-    """The resource for `tables`; `pyspark` defaults to `pipeline_spark_config()`'s."""
-    return MemWalResource(
-        tables={
-            t.name: TableLocation(
-                uri=t.uri,
-                storage_options_env=t.storage_options_env,
-                spark_master=t.spark_master,
-                spark_remote=t.spark_remote,
-                spark_remote_env=t.spark_remote_env,
-            )
-            for t in tables
-        },
-        pyspark=pyspark or PipelineSparkResource(spark_config=pipeline_spark_config()),
-    )
+def memwal_resource(pyspark: PipelineSparkResource | None = None) -> MemWalResource:
+    """The resource every table's definitions use; `pyspark` defaults to `pipeline_spark_config()`'s.
+
+    One object per Spark configuration: Dagster merges the definitions of several tables (one
+    component each) only when their `memwal` resource is the very same object.
+    """
+    if pyspark is not None:
+        return MemWalResource(pyspark=pyspark)
+    return _shared(tuple(sorted(pipeline_spark_config().items())))
+
+
+@functools.cache
+def _shared(spark_config: tuple[tuple[str, str], ...]) -> MemWalResource:
+    return MemWalResource(pyspark=PipelineSparkResource(spark_config=dict(spark_config)))

@@ -1,27 +1,40 @@
-"""Sensors of one table.
+"""The code location's three sensors, each over every table (tables with `sensors: false` left out).
 
-`{table}_flushed_generations` reads every region's backlog, adds new
+One sensor per location, not per table: a Dagster sensor tick costs tens of
+milliseconds of the daemon's and code server's CPU whatever it reads, so 50
+tables' own sensors every 5 s kept a core busy at idle (bench/many_tables.py).
+A tick reads every table (every `sensor_interval_seconds`, the shortest of the
+tables'), keeping each open between ticks; one table that cannot be read is
+logged and skipped, not the others.
+
+`memwal_flushed_generations` reads every region's backlog, adds new
 regions as partitions, records an observation of each region whose latest
 flushed or merged generation changed (merge runs also record one for each
 region they merged), records the `{table}/status` asset from the same read
 (plus the manifests of the regions the tick did not re-read) when any region changed since the status it last recorded (at most every
 `status_interval_seconds`, default 60: the status carries a regions table,
-stored with every event), and requests ONE merge run for the table: a round
-over every region partition, which merges all regions with work in a few
-commits. Its cursor (JSON) remembers the last flushed and merged generations observed per region,
+stored with every event), stamps the base table with its completion time for
+the FreshnessPolicy (freshness.py), and requests ONE merge round for the table:
+a run of `{table}_merge` over every region partition, which merges all regions
+with work in a few commits. When rounds are due for BATCH_FROM tables or more at
+once, they go in shared runs of `memwal_merge_tables` (as many as run at once, SHARED_RUNS):
+each run is a process that takes seconds of CPU to start, and one per table
+starved every table when all of them flushed at once.
+Its cursor (JSON, per table) remembers the last flushed and merged generations observed per region,
 each region's backlog with the manifest version it was read from (so a tick re-reads only
 the regions whose manifest has a newer version or whose merge progress moved: one HEAD for
 every other region), and a digest of the regions' state as of the last status recorded, with its time;
 the run key is a digest of every (region, merged, latest pending) triple, so
 the same backlog never starts a second run, while a new flush or a partial
-merge does. No run is requested while one of the table's merge runs is still
+merge does. No round is requested for a table while one of its merge runs is still
 queued: that run merges whatever is pending when it starts.
 
-`{table}_index_catchup` requests a catch-up run when a maintained index lags
+`memwal_index_catchup` requests a table's catch-up run when a maintained index lags
 behind merged data, or an index was created or dropped since the MemWAL
-details last listed the maintained ones, once per table version.
+details last listed the maintained ones, once per table version (a table whose
+version did not move since its last tick is not read further).
 
-`{table}_compaction` requests a compaction run when the base table has
+`memwal_compaction` requests a table's compaction run when the base table has
 `compaction_fragment_threshold` fragments or more and Lance's planner finds
 work, once per table version and never while one is queued or running.
 """
@@ -31,30 +44,34 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dagster import (
     AssetMaterialization,
     AssetObservation,
     DagsterRunStatus,
+    JobDefinition,
     RunRequest,
     RunsFilter,
     SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
-    SkipReason,
     sensor,
 )
 
+from memwal_core.errors import MemwalError, first_line
 from memwal_core.services.backlog import RegionBacklog, backlog_since
 from memwal_core.services.catchup import index_state
 from memwal_core.services.compact import plan_compaction
 from memwal_core.services.status import status_since
 from memwal_pipelines.assets import region_observation, status_materialization
+from memwal_pipelines.freshness import freshness_due, record_complete_as_of
 from memwal_pipelines.jobs import TableJobs
 from memwal_pipelines.keys import TableKeys
-from memwal_pipelines.resources import MemWalResource
+from memwal_pipelines.merge_tables import MERGE_TABLES_JOB, TABLES_TAG, merge_tables_config
+from memwal_pipelines.resources import sensor_table
 from memwal_pipelines.status_view import StatusView
 
 # Dagster's tags for a run over a range of partitions (a single-run backfill sets the same).
@@ -79,6 +96,8 @@ class FlushedCursor:
     status_digest: str = ""
     status_at: float = 0.0
     seen: Mapping[str, tuple[int, RegionBacklog]] = field(default_factory=dict)
+    # The completion time last recorded for the base table's freshness (freshness.py).
+    complete_as_of: float = 0.0
 
     @classmethod
     def load(cls, text: str | None) -> FlushedCursor:
@@ -86,12 +105,27 @@ class FlushedCursor:
         if "regions" not in data:  # a cursor written before the sensor recorded the status
             return cls(regions=data)
         seen = {r: (int(v[0]), RegionBacklog.from_list(r, v[1:])) for r, v in data.get("seen", {}).items()}
-        return cls(data["regions"], data["status"]["digest"], data["status"]["at"], seen)
+        status = data["status"]
+        return cls(data["regions"], status["digest"], status["at"], seen, data.get("complete_as_of", 0.0))
 
     def dump(self) -> str:
         status = {"digest": self.status_digest, "at": self.status_at}
         seen = {r: [version, *backlog.to_list()] for r, (version, backlog) in self.seen.items()}
-        return json.dumps({"regions": dict(self.regions), "status": status, "seen": seen})
+        return json.dumps(
+            {
+                "regions": dict(self.regions),
+                "status": status,
+                "seen": seen,
+                "complete_as_of": self.complete_as_of,
+            }
+        )
+
+    def merged_moved(self, regions: Sequence[RegionBacklog]) -> bool:
+        """Whether a merge ran since the last tick (a region's merged generation changed)."""
+        return any(
+            r.region in self.seen and self.seen[r.region][1].merged_generation != r.merged_generation
+            for r in regions
+        )
 
     @staticmethod
     def state_digest(state: Mapping[str, str]) -> str:
@@ -117,102 +151,228 @@ def merge_round_request(
     ]
 
 
-def flushed_generations_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefinition:
+FLUSHED_SENSOR = "memwal_flushed_generations"
+CATCHUP_SENSOR = "memwal_index_catchup"
+COMPACTION_SENSOR = "memwal_compaction"
+# From this many tables with a round due in one tick, rounds share SHARED_RUNS runs (dagster.yaml's
+# max_concurrent_runs: they start at once) of at least BATCH_FROM and at most TABLES_PER_RUN tables.
+BATCH_FROM = 3
+SHARED_RUNS = 4
+TABLES_PER_RUN = 16
+QUEUED = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED]
+UNFINISHED = [*QUEUED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
+
+
+def table_cursors(text: str | None) -> dict[str, str]:
+    """The location sensor's cursor: each table's own (its JSON text), by table name."""
+    loaded: dict[str, str] = json.loads(text) if text else {}
+    return loaded
+
+
+def each_table(
+    context: SensorEvaluationContext,
+    tables: Sequence[TableKeys],
+    read: Callable[[TableKeys, str | None], str],
+) -> str:
+    """`read` each table the sensors watch (with its cursor; it returns the new one); the location's cursor.
+
+    A table whose read fails is logged in one line and keeps its cursor; the others go on.
+    """
+    cursors = table_cursors(context.cursor)
+    for keys in tables:
+        name = keys.table.name
+        if not keys.table.sensors:
+            continue
+        try:
+            cursors[name] = read(keys, cursors.get(name))
+        except MemwalError as exc:
+            context.log.warning(f"table {name}: {first_line(exc)}")
+    return json.dumps(cursors)
+
+
+def queued_merges(context: SensorEvaluationContext) -> set[str]:
+    """The tables with a merge round queued: their own merge run, or a shared one naming them."""
+    queued: set[str] = set()
+    for run in context.instance.get_runs(RunsFilter(statuses=QUEUED)):
+        if run.job_name == MERGE_TABLES_JOB:
+            queued.update(run.tags.get(TABLES_TAG, "").split(","))
+        elif run.job_name.endswith("_merge"):
+            queued.add(run.job_name.removesuffix("_merge"))
+    return queued
+
+
+@dataclass
+class FlushedTick:
+    """What one tick found for one table."""
+
+    events: list[AssetObservation | AssetMaterialization]
+    new_regions: list[str]
+    round: RunRequest | None
+    cursor: FlushedCursor
+
+
+def flushed_tick(
+    context: SensorEvaluationContext, keys: TableKeys, text: str | None, queued: bool
+) -> FlushedTick:
+    """One table's read: its observations, status, freshness stamp, new regions and merge round."""
     table = keys.table
+    cursor = FlushedCursor.load(text)
+    started = time.perf_counter()
+    with sensor_table(table) as opened:
+        read = backlog_since(opened, cursor.seen)
+        found = read.backlog
+        # Per region, "latest flushed:merged": a region is observed again whenever either changes.
+        state = {r.region: f"{r.latest_flushed}:{r.merged_generation}" for r in found.regions}
+        due = cursor.status_due(state, found.read_at, table.status_interval_seconds)
+        view = StatusView(status_since(opened, read, started), found) if due else None
+    known = context.instance.get_dynamic_partitions(keys.regions_name)
+    partitions = set(known)
+    new_regions = [r.region for r in found.regions if r.region not in partitions]
+    events: list[AssetObservation | AssetMaterialization] = [
+        region_observation(keys, r, found.read_at)
+        for r in found.regions
+        if cursor.regions.get(r.region) != state[r.region]
+    ]
+    recorded = cursor.status_digest, cursor.status_at
+    if view is not None:
+        events.append(status_materialization(keys, view))
+        recorded = cursor.state_digest(state), found.read_at
+    complete_as_of = cursor.complete_as_of
+    if freshness_due(table, complete_as_of, found.complete_as_of, cursor.merged_moved(found.regions)):
+        complete_as_of = found.complete_as_of
+        record_complete_as_of(context.instance, keys, complete_as_of, found.pending_total)
+    rounds = [] if queued else merge_round_request(table.name, [*known, *new_regions], found.regions)
+    return FlushedTick(
+        events,
+        new_regions,
+        rounds[0] if rounds else None,
+        FlushedCursor(
+            {**cursor.regions, **state},
+            *recorded,
+            seen={r.region: (read.manifest_versions[r.region], r) for r in found.regions},
+            complete_as_of=complete_as_of,
+        ),
+    )
+
+
+def shared_rounds(rounds: Mapping[str, RunRequest], jobs: Mapping[str, TableJobs]) -> list[RunRequest]:
+    """The rounds as runs: each table's own, or, from BATCH_FROM tables at once, shared ones."""
+    if len(rounds) < BATCH_FROM:
+        return [
+            RunRequest(job_name=jobs[name].merge.name, run_key=r.run_key, tags=r.tags)
+            for name, r in rounds.items()
+        ]
+    names = sorted(rounds)
+    per_run = min(TABLES_PER_RUN, max(BATCH_FROM, -(-len(names) // SHARED_RUNS)))
+    runs = []
+    for start in range(0, len(names), per_run):
+        batch = names[start : start + per_run]
+        runs.append(
+            RunRequest(
+                job_name=MERGE_TABLES_JOB,
+                run_key=f"memwal:merge:{_digest([rounds[n].run_key or n for n in batch])}",
+                tags={TABLES_TAG: ",".join(batch)},
+                run_config=merge_tables_config(batch),
+            )
+        )
+    return runs
+
+
+def location_sensors(
+    tables: Sequence[TableKeys], jobs: Mapping[str, TableJobs], merge_tables: JobDefinition
+) -> list[SensorDefinition]:
+    """The location's flushed-generations, catch-up and compaction sensors over `tables`."""
+    intervals = [k.table.sensor_interval_seconds for k in tables]
 
     @sensor(
-        name=f"{table.name}_flushed_generations",
-        job=jobs.merge,
-        minimum_interval_seconds=table.sensor_interval_seconds,
-        description="New regions become partitions; new flushed generations start one merge round.",
+        name=FLUSHED_SENSOR,
+        jobs=[*(j.merge for j in jobs.values()), merge_tables],
+        minimum_interval_seconds=min(intervals),
+        description="New regions become partitions; new flushed generations start one merge round per table.",
     )
-    def flushed_generations(context: SensorEvaluationContext, memwal: MemWalResource) -> SensorResult:
-        cursor = FlushedCursor.load(context.cursor)
-        started = time.perf_counter()
-        with memwal.open(table.name) as opened:
-            read = backlog_since(opened, cursor.seen)
-            found = read.backlog
-            # Per region, "latest flushed:merged": a region is observed again whenever either changes.
-            state = {r.region: f"{r.latest_flushed}:{r.merged_generation}" for r in found.regions}
-            due = cursor.status_due(state, found.read_at, table.status_interval_seconds)
-            view = StatusView(status_since(opened, read, started), found) if due else None
-        known = set(context.instance.get_dynamic_partitions(keys.regions_name))
-        new_regions = [r.region for r in found.regions if r.region not in known]
-        events: list[AssetObservation | AssetMaterialization] = [
-            region_observation(keys, r, found.read_at)
-            for r in found.regions
-            if cursor.regions.get(r.region) != state[r.region]
-        ]
-        recorded = cursor.status_digest, cursor.status_at
-        if view is not None:
-            events.append(status_materialization(keys, view))
-            recorded = cursor.state_digest(state), found.read_at
-        queued = context.instance.get_runs_count(RunsFilter(job_name=jobs.merge.name, statuses=QUEUED))
-        partitions = [*context.instance.get_dynamic_partitions(keys.regions_name), *new_regions]
-        runs = [] if queued else merge_round_request(table.name, partitions, found.regions)
+    def flushed_generations(context: SensorEvaluationContext) -> SensorResult:
+        queued = queued_merges(context)
+        events: list[AssetObservation | AssetMaterialization] = []
+        partitions = []
+        rounds: dict[str, RunRequest] = {}
+
+        def read(keys: TableKeys, text: str | None) -> str:
+            found = flushed_tick(context, keys, text, keys.table.name in queued)
+            events.extend(found.events)
+            if found.new_regions:
+                partitions.append(keys.regions.build_add_request(found.new_regions))
+            if found.round is not None:
+                rounds[keys.table.name] = found.round
+            return found.cursor.dump()
+
+        cursor = each_table(context, tables, read)
         return SensorResult(
-            run_requests=runs,
-            dynamic_partitions_requests=[keys.regions.build_add_request(new_regions)] if new_regions else [],
+            run_requests=shared_rounds(rounds, jobs),
+            dynamic_partitions_requests=partitions,
             asset_events=events,
-            cursor=FlushedCursor(
-                {**cursor.regions, **state},
-                *recorded,
-                seen={r.region: (read.manifest_versions[r.region], r) for r in found.regions},
-            ).dump(),
+            cursor=cursor,
         )
 
-    return flushed_generations
+    @sensor(
+        name=CATCHUP_SENSOR,
+        jobs=[j.catchup for j in jobs.values()],
+        minimum_interval_seconds=max(30, min(intervals)),
+        description="A maintained index behind merged data, or not yet listed, starts the table's catch-up run.",
+    )
+    def index_catchup(context: SensorEvaluationContext) -> SensorResult:
+        runs = []
 
+        def read(keys: TableKeys, seen: str | None) -> str:
+            with sensor_table(keys.table) as opened:
+                version = str(opened.dataset().version)
+                if version == seen:  # the answer is the same at the same table version
+                    return version
+                state = index_state(opened)
+            if state.needs_catchup:
+                name = keys.table.name
+                runs.append(
+                    RunRequest(
+                        job_name=jobs[name].catchup.name, run_key=f"{name}:catchup:{state.table_version}"
+                    )
+                )
+            return version
 
-def index_catchup_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefinition:
-    table = keys.table
+        return SensorResult(run_requests=runs, cursor=each_table(context, tables, read))
 
     @sensor(
-        name=f"{table.name}_index_catchup",
-        job=jobs.catchup,
-        minimum_interval_seconds=max(30, table.sensor_interval_seconds),
-        description="A maintained index behind merged data, or not yet listed, starts a catch-up run.",
+        name=COMPACTION_SENSOR,
+        jobs=[j.compaction for j in jobs.values()],
+        minimum_interval_seconds=max(60, min(intervals)),
+        description="A table with compaction_fragment_threshold base-table fragments or more starts its compaction.",
     )
-    def index_catchup(memwal: MemWalResource) -> RunRequest | SkipReason:
-        with memwal.open(table.name) as opened:
-            state = index_state(opened)
-        if not state.needs_catchup:
-            return SkipReason("every maintained index is caught up and listed")
-        return RunRequest(run_key=f"{table.name}:catchup:{state.table_version}")
-
-    return index_catchup
-
-
-QUEUED = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED]
-UNFINISHED = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-]
-
-
-def compaction_sensor(keys: TableKeys, jobs: TableJobs) -> SensorDefinition:
-    table = keys.table
-    threshold = table.compaction_fragment_threshold
-
-    @sensor(
-        name=f"{table.name}_compaction",
-        job=jobs.compaction,
-        minimum_interval_seconds=max(60, table.sensor_interval_seconds),
-        description=f"{threshold} base-table fragments or more start a compaction run.",
-    )
-    def compaction(context: SensorEvaluationContext, memwal: MemWalResource) -> RunRequest | SkipReason:
+    def compaction(context: SensorEvaluationContext) -> SensorResult:
         # Merges commit new versions while a compaction runs: one compaction at a time is enough.
-        if context.instance.get_runs_count(RunsFilter(job_name=jobs.compaction.name, statuses=UNFINISHED)):
-            return SkipReason("a compaction run is queued or running")
-        with memwal.open(table.name) as opened:
-            fragments = len(opened.dataset().get_fragments())
-            if fragments < threshold:
-                return SkipReason(f"{fragments} fragments, under the threshold of {threshold}")
-            plan = plan_compaction(opened, target_rows_per_fragment=table.compaction_target_rows, max_tasks=1)
-        if not plan.tasks:
-            return SkipReason(f"{fragments} fragments, none that Lance would rewrite")
-        return RunRequest(run_key=f"{table.name}:compaction:{plan.read_version}")
+        busy = {r.job_name for r in context.instance.get_runs(RunsFilter(statuses=UNFINISHED))}
+        runs = []
 
-    return compaction
+        def read(keys: TableKeys, seen: str | None) -> str:
+            job = jobs[keys.table.name].compaction.name
+            if job in busy:
+                return seen or ""
+            with sensor_table(keys.table) as opened:
+                dataset = opened.dataset()
+            version = str(dataset.version)
+            if version != seen:  # fragments change only with a new table version
+                request = compaction_request(keys, dataset)
+                if request is not None:
+                    runs.append(RunRequest(job_name=job, run_key=request))
+            return version
+
+        return SensorResult(run_requests=runs, cursor=each_table(context, tables, read))
+
+    return [flushed_generations, index_catchup, compaction]
+
+
+def compaction_request(keys: TableKeys, dataset: Any) -> str | None:
+    """The run key of a compaction the table calls for (enough fragments, and work Lance would do), if any."""
+    table = keys.table
+    if len(dataset.get_fragments()) < table.compaction_fragment_threshold:
+        return None
+    with sensor_table(table) as opened:
+        plan = plan_compaction(opened, target_rows_per_fragment=table.compaction_target_rows, max_tasks=1)
+    return f"{table.name}:compaction:{plan.read_version}" if plan.tasks else None

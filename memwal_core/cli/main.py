@@ -3,6 +3,10 @@
 Exit status: 0 success (including nothing to do), 1 the operation failed,
 2 bad usage or bad input. Errors are one line on stderr; `--json` prints
 exactly one JSON object on stdout.
+
+Parsing the arguments imports nothing heavy (`--version`, `--help` and a
+usage error answer in about the time Python takes to start); each command
+imports the service it runs, and nothing of the others.
 """
 
 from __future__ import annotations
@@ -14,61 +18,45 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
-from importlib.metadata import version
+from typing import TYPE_CHECKING
 
-from memwal_core.cli.options import count, number
-from memwal_core.cli.progress import RegionProgress
-from memwal_core.cli.render import render
-from memwal_core.demo import write_demo_table
+from memwal_core import __version__
+from memwal_core.cli.options import count, listen_address, number
 from memwal_core.errors import BadInputError, MemwalError, first_line, redact
-from memwal_core.model.table import MemWalTable
-from memwal_core.services.catchup import catchup
-from memwal_core.services.compact import (
+from memwal_core.services.defaults import (
+    AUTO,
+    COMMIT_FORMS,
     DEFAULT_DELETION_THRESHOLD,
-    DEFAULT_MAX_TASKS,
-    DEFAULT_TARGET_ROWS,
-    compact,
-)
-from memwal_core.services.engine import (
-    DEFAULT_SPARK_MIN_BYTES,
-    DEFAULT_SPARK_MIN_ROWS,
-    ENGINES,
-    Engine,
-    SparkEngine,
-    SparkThreshold,
-    SparkWhereItPays,
-    engine_named,
-)
-from memwal_core.services.gc.rules import (
     DEFAULT_FENCE_RETENTION_SECONDS,
     DEFAULT_GRACE_SECONDS,
+    DEFAULT_INLINE_THRESHOLD,
+    DEFAULT_MAX_PENDING_AGE_SECONDS,
+    DEFAULT_MAX_TASKS,
+    DEFAULT_READ_INTERVAL,
+    DEFAULT_SPARK_MIN_BYTES,
+    DEFAULT_SPARK_MIN_ROWS,
+    DEFAULT_TARGET_ROWS,
+    ENGINES,
     MAX_GRACE_SECONDS,
+    MAX_WAL_FLUSH_INTERVAL_MS,
     MIN_FENCE_RETENTION_SECONDS,
-    GcPolicy,
 )
-from memwal_core.services.gc.service import gc
-from memwal_core.services.ingest.service import ingest
-from memwal_core.services.initialize import RegionSpecChoice, initialize
-from memwal_core.services.merge.batch import MergeBudget
-from memwal_core.services.merge.commit import AUTO, COMMIT_FORMS
-from memwal_core.services.merge.service import merge
-from memwal_core.services.result import FLOAT_DIGITS, Failure, ServiceResult, to_jsonable
-from memwal_core.services.retain import parse_duration, retain
-from memwal_core.services.snapshot.plan import DEFAULT_INLINE_THRESHOLD
-from memwal_core.services.snapshot.service import build_snapshot
-from memwal_core.services.status import status
-from memwal_core.services.writer import MAX_WAL_FLUSH_INTERVAL_MS, WriterOptions
-from memwal_core.storage.options import StorageOptions
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from memwal_core.model.table import MemWalTable
+    from memwal_core.services.engine import Engine
+    from memwal_core.services.result import Failure, ServiceResult
+
+    # A command returns its result and its exit status; `main` prints the result as JSON or text.
+    Outcome = tuple[ServiceResult, int]
+    Command = Callable[[argparse.Namespace, MemWalTable], Outcome]
 
 log = logging.getLogger("memwal")
 
 # Commands that work on a table before it has MemWAL (every other one refuses such a table first).
 WITHOUT_MEMWAL = ("init", "demo")
-
-# A command returns its result and its exit status; `main` prints the result as JSON or text.
-Outcome = tuple[ServiceResult, int]
-Command = Callable[[argparse.Namespace, MemWalTable], Outcome]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -79,10 +67,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _cmd_status(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    from memwal_core.services.status import status
+
     return status(table), 0
 
 
 def _cmd_init(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    from memwal_core.services.initialize import RegionSpecChoice, initialize
+
     spec = RegionSpecChoice(
         bucket_column=args.bucket,
         num_buckets=args.num_buckets,
@@ -94,6 +86,9 @@ def _cmd_init(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 
 
 def _cmd_demo(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    from memwal_core.demo import write_demo_table
+    from memwal_core.services.status import status
+
     if table.store.exists("") and not table.store.is_dir(""):
         raise BadInputError(f"{table.uri} is a file, not a directory for the demo table")
     if not table.store.is_dir("_versions"):
@@ -103,6 +98,10 @@ def _cmd_demo(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 
 
 def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    from memwal_core.cli.progress import RegionProgress
+    from memwal_core.services.merge.batch import MergeBudget
+    from memwal_core.services.merge.service import merge
+
     budget = MergeBudget.default(max_rows=args.max_batch_rows, max_bytes=args.max_batch_bytes)
     result = merge(
         table,
@@ -117,28 +116,30 @@ def _cmd_merge(args: argparse.Namespace, table: MemWalTable) -> Outcome:
     return result, _failed_regions(args.command, result.failures)
 
 
-def _failed_regions(command: str, failures: Sequence[Failure]) -> int:
-    """One error line per region that failed alone (the others went on); the exit status they call for."""
-    # A batch that failed as a whole (its engine's job died) fails each of its regions alike: one line.
-    alike: dict[str, list[Failure]] = {}
-    for failure in failures:
-        alike.setdefault(failure.error, []).append(failure)
-    for error, group in alike.items():
-        regions = [f.region for f in group if f.region is not None]
-        line = f"regions {', '.join(regions)}: {error}" if len(regions) > 1 else group[0].message
-        print(f"memwal {command}: error: {line}", file=sys.stderr)
+def _failed_regions(command: str, failures: list[Failure]) -> int:
+    """One error line per distinct error (one outage fails many regions alike); the exit status they call for."""
+    from memwal_core.services.result import grouped
+
+    for group in grouped(failures):
+        print(f"memwal {command}: error: {group.message}", file=sys.stderr)
     return max((f.exit_code for f in failures), default=0)
 
 
 def _cmd_catchup(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    from memwal_core.services.catchup import catchup
+
     return catchup(table, indexes=args.index or None, rebuild=args.rebuild, dry_run=args.dry_run), 0
 
 
 def _cmd_snapshot(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    from memwal_core.services.snapshot.service import build_snapshot
+
     return build_snapshot(table, inline_threshold=args.inline_threshold, refresh_hints=args.refresh_hints), 0
 
 
 def _cmd_compact(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    from memwal_core.services.compact import compact
+
     result = compact(
         table,
         engine=_engine(args),
@@ -151,6 +152,8 @@ def _cmd_compact(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 
 
 def _cmd_retain(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    from memwal_core.services.retain import parse_duration, retain
+
     result = retain(
         table, older_than=parse_duration(args.older_than), keep_versions=args.keep_versions, force=args.force
     )
@@ -193,6 +196,7 @@ def _engine(args: argparse.Namespace) -> Engine:
     """The engine `--engine` names. Without it, threads of this process unless a Spark URL is named, on
     the command line or in MEMWAL_SPARK_MASTER / MEMWAL_SPARK_REMOTE, or a Spark threshold is given:
     then Spark for the rounds over the threshold (a merge's or a compaction's), this process for the rest."""
+    from memwal_core.services.engine import SparkEngine, SparkThreshold, SparkWhereItPays, engine_named
     from memwal_core.spark_session import spark_target
 
     if args.engine == "local" and (args.spark_master or args.spark_remote):
@@ -220,6 +224,10 @@ def _engine(args: argparse.Namespace) -> Engine:
 
 
 def _cmd_ingest(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    from memwal_core.model.table import MemWalTable
+    from memwal_core.services.ingest.service import ingest
+    from memwal_core.services.writer import WriterOptions
+
     options = WriterOptions(
         durable_write=not args.no_durable,
         max_memtable_rows=args.max_memtable_rows,
@@ -236,6 +244,10 @@ def _cmd_ingest(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 
 
 def _cmd_gc(args: argparse.Namespace, table: MemWalTable) -> Outcome:
+    from memwal_core.cli.progress import RegionProgress
+    from memwal_core.services.gc.rules import GcPolicy
+    from memwal_core.services.gc.service import gc
+
     policy = GcPolicy(grace_seconds=args.grace_seconds, fence_retention_seconds=args.fence_retention_seconds)
     result = gc(table, dry_run=args.dry_run, policy=policy, progress=RegionProgress())
     return result, _failed_regions(args.command, result.failures)
@@ -255,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
     parser = _Parser(prog="memwal", description="Maintenance services for Lance MemWAL tables.")
-    parser.add_argument("--version", action="version", version=f"memwal {version('memwal')}")
+    parser.add_argument("--version", action="version", version=f"memwal {__version__}")
     # Also before the command; a subcommand's own --json default would overwrite a shared dest.
     parser.add_argument(
         "--json", dest="json_first", action="store_true", help="print one JSON object on stdout"
@@ -418,6 +430,41 @@ def build_parser() -> argparse.ArgumentParser:
         "demo", parents=[common], help="create a demo MemWAL table with a backlog, then show it"
     )
     p.set_defaults(run=_cmd_demo)
+
+    p = sub.add_parser(
+        "metrics", help="the tables' backlog and service outcomes in Prometheus's text format, or served"
+    )
+    p.add_argument("tables", nargs="+", metavar="TABLE", help="table URI (repeatable)")
+    p.add_argument(
+        "-o",
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="storage option for every table named (repeatable)",
+    )
+    p.add_argument(
+        "--listen",
+        type=listen_address,
+        metavar="HOST:PORT",
+        help="serve /metrics here instead of printing once",
+    )
+    p.add_argument(
+        "--interval",
+        type=number(0.1, 86_400),
+        default=DEFAULT_READ_INTERVAL,
+        metavar="S",
+        help=f"read the tables at most once per S seconds, however often scraped (default {DEFAULT_READ_INTERVAL:g})",
+    )
+    p.add_argument(
+        "--lag-threshold",
+        type=number(0, MAX_GRACE_SECONDS),
+        default=DEFAULT_MAX_PENDING_AGE_SECONDS,
+        metavar="S",
+        help="merge lag above which a table is behind, exported for the alert rules "
+        f"(default {DEFAULT_MAX_PENDING_AGE_SECONDS:g}, the pipeline's max_pending_age_seconds)",
+    )
+    p.set_defaults(run=None)
     return parser
 
 
@@ -427,7 +474,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # usage errors (2), --help and --version (0): argparse printed them
         return int(exc.code or 0)
+    from memwal_core.model.table import MemWalTable
+    from memwal_core.services.result import Failure
+    from memwal_core.storage.options import StorageOptions
+
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if args.command == "metrics":
+        from memwal_core.cli.metrics import run_metrics
+
+        return run_metrics(args)
     started = time.perf_counter()
     try:
         options = StorageOptions.parse(args.storage_option)
@@ -451,6 +506,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _failed(args: argparse.Namespace, failure: Failure, started: float) -> int:
     """The run failed as a whole: with --json, still one object, the failure under `failures` (region null)."""
+    from memwal_core.services.result import FLOAT_DIGITS, to_jsonable
+
     if args.json or args.json_first:
         result = {
             "table": redact(args.table),
@@ -467,6 +524,8 @@ def _failed(args: argparse.Namespace, failure: Failure, started: float) -> int:
 
 def _report(args: argparse.Namespace, result: ServiceResult, code: int) -> int:
     """Print the result; the work is already done, so a reader that went away is not an error."""
+    from memwal_core.cli.render import render
+
     try:
         as_json = args.json or args.json_first
         output = json.dumps(result.to_json(), allow_nan=False) if as_json else render(result)

@@ -42,3 +42,12 @@ def number(minimum: float, maximum: float) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[::1]:PORT` for IPv6) as argparse takes it."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:9464)")
+    return host, int(port)

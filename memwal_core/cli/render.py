@@ -2,25 +2,31 @@
 
 The services return data only (`ServiceResult`); how it reads on a terminal is
 the command's business, one function per result type. Dagster's run logs use
-the same lines.
+the same lines. Each text form is found by its result's class name, so printing
+one result loads no other service (rendering a status never imports the merge).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from functools import singledispatch
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from memwal_core.services.catchup import CatchupResult
-from memwal_core.services.compact import CompactionResult
-from memwal_core.services.gc.service import GcResult
-from memwal_core.services.index_list import ListUpdate
-from memwal_core.services.ingest.service import IngestResult
-from memwal_core.services.initialize import InitResult
-from memwal_core.services.merge.result import MergeResult
-from memwal_core.services.result import ServiceResult
-from memwal_core.services.retain import RetentionResult
-from memwal_core.services.snapshot.service import SnapshotResult
-from memwal_core.services.status import TableStatus
+if TYPE_CHECKING:
+    from memwal_core.services.catchup import CatchupResult
+    from memwal_core.services.compact import CompactionResult
+    from memwal_core.services.gc.service import GcResult
+    from memwal_core.services.index_list import ListUpdate
+    from memwal_core.services.ingest.service import IngestResult
+    from memwal_core.services.initialize import InitResult
+    from memwal_core.services.merge.result import MergeResult
+    from memwal_core.services.result import ServiceResult
+    from memwal_core.services.retain import RetentionResult
+    from memwal_core.services.snapshot.service import SnapshotResult
+    from memwal_core.services.status import TableStatus
+
+# Result class name -> its text form (filled by `_form`).
+_FORMS: dict[str, Callable[[Any], str]] = {}
 
 
 def plural(count: int, noun: str) -> str:
@@ -42,13 +48,32 @@ def engine_text(engine: str, reason: str) -> str:
     return f"{engine} engine" if reason == "named" else f"{engine} engine: {reason}"
 
 
-@singledispatch
+def failure_lines(result: ServiceResult) -> list[str]:
+    """One line per distinct error: a Spark outage that failed every region is one line, not one per region."""
+    from memwal_core.services.result import grouped
+
+    return [f"  FAILED: {group.message}" for group in grouped(result.failures)]
+
+
 def render(result: ServiceResult) -> str:
     """The text form of a service result."""
-    raise TypeError(f"no text form for {type(result).__name__}")
+    form = _FORMS.get(type(result).__name__)
+    if form is None:
+        raise TypeError(f"no text form for {type(result).__name__}")
+    return form(result)
 
 
-@render.register
+def _form(name: str) -> Callable[[Callable[[Any], str]], Callable[[Any], str]]:
+    """Register a text form for the result class `name`."""
+
+    def register(form: Callable[[Any], str]) -> Callable[[Any], str]:
+        _FORMS[name] = form
+        return form
+
+    return register
+
+
+@_form("TableStatus")
 def _status(result: TableStatus) -> str:
     lines = [
         f"table {result.table}  version {result.read_version}  "
@@ -68,7 +93,7 @@ def _status(result: TableStatus) -> str:
     return "\n".join(lines)
 
 
-@render.register
+@_form("InitResult")
 def _init(result: InitResult) -> str:
     return (
         f"MemWAL enabled on {result.table} (version {result.new_version}, primary key {result.primary_key}, "
@@ -76,7 +101,7 @@ def _init(result: InitResult) -> str:
     )
 
 
-@render.register
+@_form("MergeResult")
 def _merge(result: MergeResult) -> str:
     engine = engine_text(result.engine, result.engine_reason)
     lines = [f"merge of {result.table} ({engine}){dry_run_mark(result)}"]
@@ -99,8 +124,7 @@ def _merge(result: MergeResult) -> str:
             f"  batch {b.batch}: {len(b.regions)} region(s), {b.rows_upserted} upserted, {b.tombstones} tombstones, "
             f"{b.rows_deleted} rows deleted in one commit ({b.seconds_commit:.2f} s) -> table v{b.table_version}"
         )
-    for f in result.failures:
-        lines.append(f"  {f.region}  FAILED: {f.error}")
+    lines += failure_lines(result)
     for region in result.busy_regions:
         lines.append(f"  {region}  skipped: another merger holds it")
     planned_any = result.dry_run and result.plan is not None and result.plan.regions
@@ -109,7 +133,7 @@ def _merge(result: MergeResult) -> str:
     return "\n".join(lines)
 
 
-@render.register
+@_form("GcResult")
 def _gc(result: GcResult) -> str:
     payload = result.to_json()
     verb = "would delete" if result.dry_run else "deleted"
@@ -122,7 +146,7 @@ def _gc(result: GcResult) -> str:
     ]
     if reasons:
         lines.append("  kept: " + ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())))
-    lines.extend(f"  {f.region}  FAILED: {f.error}" for f in result.failures)
+    lines += failure_lines(result)
     return "\n".join(lines)
 
 
@@ -144,7 +168,7 @@ def _list_update(update: ListUpdate) -> list[str]:
     return lines
 
 
-@render.register
+@_form("CatchupResult")
 def _catchup(result: CatchupResult) -> str:
     lines = [f"catch-up of {result.table}: table v{result.read_version} -> v{result.version_after}"]
     if result.dry_run and result.plan is not None:
@@ -163,7 +187,7 @@ def _catchup(result: CatchupResult) -> str:
     return "\n".join(lines)
 
 
-@render.register
+@_form("SnapshotResult")
 def _snapshot(result: SnapshotResult) -> str:
     where = result.path or "inline in the index details"
     lines = [
@@ -179,7 +203,7 @@ def _snapshot(result: SnapshotResult) -> str:
     return "\n".join(lines)
 
 
-@render.register
+@_form("CompactionResult")
 def _compaction(result: CompactionResult) -> str:
     engine = engine_text(result.engine, result.engine_reason)
     head = f"compaction of {result.table} ({engine}){dry_run_mark(result)}"
@@ -196,7 +220,7 @@ def _compaction(result: CompactionResult) -> str:
     return "\n".join(lines)
 
 
-@render.register
+@_form("RetentionResult")
 def _retention(result: RetentionResult) -> str:
     lines = [
         f"retention of {result.table}: removed {len(result.removed)} version(s), "
@@ -209,7 +233,7 @@ def _retention(result: RetentionResult) -> str:
     return "\n".join(lines)
 
 
-@render.register
+@_form("IngestResult")
 def _ingest(result: IngestResult) -> str:
     lines = [
         f"ingested {result.rows_written:,} row(s) from {result.files} file(s) into "

@@ -10,12 +10,13 @@ u16 minor | "LANC"`; at `position` a u32 length and the `Manifest`; its
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from google.protobuf.message import DecodeError
 
 from memwal_core.errors import CorruptMetadataError
 from memwal_core.format.naming import MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NAME
+from memwal_core.format.primary_key import primary_key_from
 from memwal_core.format.proto import memwal_pb2 as pb
 from memwal_core.format.regions import uuid_to_str
 
@@ -38,6 +39,8 @@ class IndexDetails:
     raw: bytes = field(repr=False, compare=False)
     # The id of the `__lance_mem_wal` index; an external region snapshot lives under `_indices/{index_uuid}/`.
     index_uuid: str = ""
+    # The table's primary key at this version, from its manifest's fields (empty from details alone).
+    primary_key: tuple[str, ...] = ()
 
     def merged_generation(self, region: str) -> int:
         """Highest merged generation of `region`, 0 if none was merged."""
@@ -126,10 +129,14 @@ def read_index_details(manifest: bytes, *, where: str) -> IndexDetails | None:
         type_url = index.index_details.type_url
         if type_url.rsplit("/", 1)[-1] != MEM_WAL_DETAILS_TYPE_URL.lstrip("/"):
             raise CorruptMetadataError(f"{MEM_WAL_INDEX_NAME} in {where} has details of type {type_url!r}")
-        return decode_details(
+        details = decode_details(
             index.index_details.value,
             table_version=table.version,
             where=where,
             index_uuid=uuid_to_str(index.uuid, what=f"{MEM_WAL_INDEX_NAME} in {where}"),
         )
+        top_level = (
+            (f.name, {k.encode(): v for k, v in f.metadata.items()}) for f in table.fields if f.parent_id < 0
+        )
+        return replace(details, primary_key=tuple(primary_key_from(top_level)))
     return None

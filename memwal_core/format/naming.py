@@ -32,6 +32,8 @@ GENERATION_KEY_PAGES = "_pk_index/page_lookup.lance"
 # memwal's own: rows Spark tasks hand over (removed by their reader, else by GC), and leases.
 STAGING_DIR = "_memwal_staging"
 LEASE_DIR = "_memwal_leases"
+# The last outcome of each maintenance service (model/outcomes.py), read by `memwal metrics`.
+OUTCOME_DIR = "_memwal_outcomes"
 
 # A flushed generation's directory: `{8 hex chars}_gen_{g}`.
 _GENERATION_DIR = re.compile(r"^[0-9a-f]{8}_gen_(\d+)$")

@@ -80,10 +80,15 @@ class TableBacklog:
     def max_age_seconds(self) -> float:
         return max((r.oldest_pending_age(self.read_at) for r in self.regions), default=0.0)
 
+    @property
+    def complete_as_of(self) -> float:
+        """The time before which every flushed generation is merged: the read's time less the longest lag."""
+        return self.read_at - self.max_age_seconds
+
 
 def backlog(table: MemWalTable, regions: Iterable[str] | None = None) -> TableBacklog:
     """Every region's backlog (or the named regions') at the latest table version (changes nothing)."""
-    version = table.dataset().version
+    version = table.latest_version()
     details = table.index_details(version)
     return backlog_of(table, version, details, read_hinted(table, details, regions))
 
@@ -129,15 +134,17 @@ class SeenBacklog:
     manifests: dict[str, RegionManifest | None]
 
 
-def backlog_since(table: MemWalTable, seen: Mapping[str, tuple[int, RegionBacklog]]) -> SeenBacklog:
+def backlog_since(
+    table: MemWalTable, seen: Mapping[str, tuple[int, RegionBacklog]], *, dataset: Any = None
+) -> SeenBacklog:
     """Every region's backlog, re-reading only the regions that changed since `seen`.
 
     `seen`: per region, the manifest version and backlog of an earlier read. A region
     whose merge progress is unchanged and whose manifest has no newer version costs one
     HEAD; any other region is read in full, starting from its seen version (or, for a
-    region not seen before, the stored region snapshot's).
+    region not seen before, the stored region snapshot's). `dataset`: the latest version, already open.
     """
-    version = table.dataset().version
+    version = dataset.version if dataset is not None else table.latest_version()
     details = table.index_details(version)
     ids = table.region_ids()
     hints: Mapping[str, int] = {}

@@ -36,14 +36,11 @@ from memwal_core.model.details_lease import details_lease
 from memwal_core.model.indexes import read_maintained
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.catchup import catchup
+from memwal_core.services.defaults import DEFAULT_DELETION_THRESHOLD, DEFAULT_MAX_TASKS, DEFAULT_TARGET_ROWS
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.result import NOT_IN_JSON, ServiceResult
 from memwal_core.storage.lance_datasets import open_dataset
 from memwal_core.storage.object_store import absolute_uri
-
-DEFAULT_TARGET_ROWS = 1024 * 1024
-DEFAULT_DELETION_THRESHOLD = 0.1
-DEFAULT_MAX_TASKS = 64
 
 
 @dataclass(frozen=True)

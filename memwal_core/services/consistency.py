@@ -12,6 +12,7 @@ table in full; everything else is sampled.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,13 +28,23 @@ from memwal_core.services.merge.collapse import collapse_local
 from memwal_core.services.merge.plan import GenerationSource
 from memwal_core.services.reader import ReadPlan, plan_read
 from memwal_core.services.reader import lsm_scanner as build_scanner
-from memwal_core.services.result import ServiceResult
+from memwal_core.services.result import Failure, ServiceResult
 
 Key = tuple[Any, ...]
 
 
 # Mismatches shown in the JSON: one broken generation can mismatch every probe.
 MISMATCHES_SHOWN = 20
+# A region's directory in a path an error quotes (Lance's errors name the file they could not read).
+_REGION_IN_PATH = re.compile(r"_mem_wal/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
+
+
+class _RegionUnreadable(Exception):
+    """A region's pending generations could not be read while building the expected rows."""
+
+    def __init__(self, region: str, error: BaseException) -> None:
+        super().__init__(first_line(error))
+        self.region = region
 
 
 @dataclass(frozen=True)
@@ -49,7 +60,17 @@ class ConsistencyResult(ServiceResult):
 
     @property
     def passed(self) -> bool:
-        return not self.mismatches
+        return not self.mismatches and not self.failures
+
+    @property
+    def explanation(self) -> str:
+        """Why the check failed, in one line (or that it passed)."""
+        if self.failures:
+            return f"not checked: {self.failures[0].message}"
+        if self.mismatches:
+            more = len(self.mismatches) - 1
+            return self.mismatches[0] + (f" (and {more} more mismatches)" if more else "")
+        return f"{self.lsm_rows} rows agree; {self.sampled_keys} sampled keys agree"
 
     def computed_json(self) -> dict[str, Any]:
         return {"passed": self.passed, "mismatches": self.mismatches[:MISMATCHES_SHOWN]}
@@ -65,20 +86,26 @@ def check_consistency(table: MemWalTable, *, sample: int = 64, seed: int | None 
 
     A generation that cannot be read (by the model or by Lance) fails the check
     with that reason instead of raising: the check's job is to say "not safe".
+    The failure names the region it could not read (under `failures`), when the
+    error names one.
     """
     started = time.perf_counter()
     plan = plan_read(table)
     try:
         return _compare(table, plan, sample=sample, seed=seed, started=started)
-    except (MemwalError, OSError, ValueError) as exc:
+    except (_RegionUnreadable, MemwalError, OSError, ValueError) as exc:
+        message = first_line(exc)
+        named = _REGION_IN_PATH.search(message)
+        region = exc.region if isinstance(exc, _RegionUnreadable) else named.group(1) if named else None
         return ConsistencyResult(
             table=table.uri,
             read_version=plan.table_version,
             seconds=time.perf_counter() - started,
+            failures=[Failure(region, f"LSM read failed: {message}")],
             expected_rows=0,
             lsm_rows=0,
             sampled_keys=0,
-            mismatches=[f"LSM read failed: {first_line(exc)}"],
+            mismatches=[],
         )
 
 
@@ -99,7 +126,10 @@ def _compare(
             GenerationSource(g, f"{plan.table_uri}/_mem_wal/{region.region}/{path}")
             for g, path in region.generations
         ]
-        live, deleted = collapse_local(sources, region.region, primary_key, fields, table.storage_options)
+        try:
+            live, deleted = collapse_local(sources, region.region, primary_key, fields, table.storage_options)
+        except (MemwalError, OSError, ValueError) as exc:
+            raise _RegionUnreadable(region.region, exc) from exc
         for row in live.to_pylist():
             key = tuple(row[k] for k in primary_key)
             upserts[key] = row

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple, TypeVar
 
 from memwal_core.arguments import Amount, Count, check_fields, checked
 from memwal_core.errors import BadInputError, EngineJobError, MemwalError, first_line
+from memwal_core.services.defaults import DEFAULT_SPARK_MIN_BYTES, DEFAULT_SPARK_MIN_ROWS, ENGINES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,11 +40,6 @@ R = TypeVar("R")
 
 # Tasks at once in one process: Lance's reads and rewrites and pandas release the GIL for most of theirs.
 DEFAULT_THREADS = 8
-ENGINES = ("local", "spark")
-# The smallest round Spark runs by default: below both, Spark's fixed costs outweigh what it adds
-# (the crossover measured by bench/spark.py, docs/spark.md).
-DEFAULT_SPARK_MIN_ROWS = 500_000
-DEFAULT_SPARK_MIN_BYTES = 256 << 20
 
 
 class Chosen(NamedTuple):

@@ -22,7 +22,8 @@ import pyarrow as pa
 
 from memwal_core.arguments import Range, check_fields, checked
 from memwal_core.errors import BadInputError, MemwalError, MemWalNotEnabledError, SchemaError
-from memwal_core.model.table import PK_META, PK_POSITION_META, MemWalTable, primary_key_of
+from memwal_core.format.primary_key import PK_META, PK_POSITION_META
+from memwal_core.model.table import MemWalTable, primary_key_of
 from memwal_core.services.index_list import update_maintained_list
 from memwal_core.services.result import ServiceResult
 

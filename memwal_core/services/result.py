@@ -103,3 +103,36 @@ class ServiceResult(JsonRecord):
     def version_after(self) -> int:
         """The table version the service left: what it committed, else what it read."""
         return self.read_version if self.new_version is None else self.new_version
+
+
+# Regions a grouped failure names; a table of thousands fails them all alike when its engine is down.
+REGIONS_NAMED = 5
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    """Failures with the same error: one outage (a Spark server down) fails many regions alike."""
+
+    regions: list[str]
+    error: str
+    exit_code: int
+
+    @property
+    def message(self) -> str:
+        """One line for the whole group, naming its regions."""
+        if len(self.regions) <= 1:
+            return Failure(self.regions[0] if self.regions else None, self.error).message
+        named = ", ".join(self.regions[:REGIONS_NAMED])
+        if len(self.regions) > REGIONS_NAMED:
+            named += f" and {len(self.regions) - REGIONS_NAMED} more"
+        return f"regions {named}: {self.error}"
+
+
+def grouped(failures: list[Failure]) -> list[FailureGroup]:
+    """The failures by error, in order of first appearance: what one line each reports."""
+    groups: dict[str, FailureGroup] = {}
+    for failure in failures:
+        group = groups.setdefault(failure.error, FailureGroup([], failure.error, failure.exit_code))
+        if failure.region is not None:
+            group.regions.append(failure.region)
+    return list(groups.values())

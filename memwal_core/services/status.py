@@ -55,7 +55,7 @@ class TableStatus(ServiceResult):
 def status(table: MemWalTable) -> TableStatus:
     """Read the status of every region (region manifests are read in parallel)."""
     started = time.perf_counter()
-    version = table.dataset().version
+    version = table.latest_version()
     details = table.index_details(version)
     return status_of(table, version, details, read_hinted(table, details), started)
 
@@ -66,7 +66,7 @@ def status_and_backlog(table: MemWalTable) -> tuple[TableStatus, TableBacklog]:
     The backlog adds one LIST per region with pending generations (the age of its oldest).
     """
     started = time.perf_counter()
-    version = table.dataset().version
+    version = table.latest_version()
     details = table.index_details(version)
     manifests = read_hinted(table, details)
     found = status_of(table, version, details, manifests, started)
@@ -109,7 +109,7 @@ def status_of(
         table=table.uri,
         read_version=version,
         seconds=time.perf_counter() - started,
-        primary_key=table.primary_key,
+        primary_key=list(details.primary_key),
         regions=regions,
         index_catchup={name: dict(sorted(p.items())) for name, p in sorted(details.index_catchup.items())},
         maintained_indexes=list(details.maintained_indexes),

@@ -68,6 +68,7 @@ from memwal_core.model.region_directory import RegionDirectory
 from memwal_core.model.routing import RegionKey, RegionSpec, partition_by_code, region_spec_of
 from memwal_core.model.rows import conform, iter_tables, key_rows
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.defaults import MAX_WAL_FLUSH_INTERVAL_MS
 from memwal_core.storage.options import StorageOptions
 
 if TYPE_CHECKING:
@@ -88,9 +89,6 @@ RECOVERY_LIMITS: tuple[dict[str, Any], ...] = (
 )
 
 
-# A durable put waits for the next WAL flush, holding its caller (and the region it claimed) that
-# long: an interval over a minute is a mistake, not a setting.
-MAX_WAL_FLUSH_INTERVAL_MS = 60_000
 # Counts and sizes go to Lance and Arrow, which take them as (at most) signed 64-bit integers.
 INT64_MAX = 2**63 - 1
 # Regions written (or closed) at once: their WAL writes and flushes overlap.

@@ -140,6 +140,13 @@ class ObjectStore(ABC):
         after it cost no requests (a region's WAL sorts after its manifests and generations).
         """
 
+    def first_files(self, path: str) -> list[ObjectInfo]:
+        """The immediate children of `path` that sort first, sorted: one request's worth.
+
+        All of them where listing costs no request (local disk); S3 overrides it with one page.
+        """
+        return self.list_files(path)
+
     def temporary_files(self, path: str) -> list[ObjectInfo]:
         """Temp files a write of this store left below `path` (none: object stores put atomically)."""
         return []

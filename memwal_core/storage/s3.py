@@ -1,23 +1,34 @@
-"""Objects under a prefix of an S3 bucket (AWS or any S3-compatible server)."""
+"""Objects under a prefix of an S3 bucket (AWS or any S3-compatible server), through obstore.
+
+obstore is Rust's object_store (the client Lance itself uses) with Python
+bindings: signing, HTTP and XML parsing run in Rust with the GIL released,
+about a third of the CPU per request of the hand-written SigV4 client over
+urllib3 it replaced (docs/width.md, "CPU per request"). Its own retries are
+off: memwal's `RetryPolicy` decides, so a conditional put whose answer was
+lost is settled by reading the object back, never by a blind second put.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from functools import partial
-from typing import Any, TypeVar
+import os
+import re
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import urllib3
+import obstore
 
 from memwal_core.errors import AlreadyExistsError, NotFoundError, StorageError
+from memwal_core.storage.limits import TimeLimits
 from memwal_core.storage.object_store import ObjectInfo, ObjectStore, join_path
 from memwal_core.storage.options import DEFAULT_CONCURRENT_REQUESTS, StorageOptions
 from memwal_core.storage.retry import RetryPolicy
-from memwal_core.storage.s3_http import ListPage, S3HttpError, SignedHttp
+
+if TYPE_CHECKING:
+    from obstore.store import S3Config, S3Credential
 
 T = TypeVar("T")
 
-# S3 accepts at most 1,000 keys per DeleteObjects request.
-DELETE_BATCH = 1000
 # Error codes worth another attempt (with any 5xx status).
 TRANSIENT_CODES = frozenset(
     {
@@ -27,23 +38,134 @@ TRANSIENT_CODES = frozenset(
         "InternalError",
         "ServiceUnavailable",
         "ConditionalRequestConflict",
-        "409",
     }
 )
+_STATUS = re.compile(r"status code: (\d{3})")
+_CODE = re.compile(r"<Code>([^<]+)</Code>")
+# How long a credential from botocore's chain is used before it is asked again (it refreshes its own).
+_CREDENTIAL_SECONDS = 300.0
+# What obstore raises for a failed request (a missing object is Python's own FileNotFoundError).
+_OBSTORE_ERRORS = (obstore.exceptions.BaseError, FileNotFoundError)
+# Keys listed per page by S3; a listing that may stop early takes them a page at a time.
+_PAGE = 1000
 
 
-def _credentials(options: StorageOptions) -> Any:
-    """Credentials from the options, else botocore's default chain (env, profile, instance role); None: unsigned."""
+class _Failure:
+    """What an obstore error says: an S3 status and error code, or a transport failure (none)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        text = str(exc)
+        status = _STATUS.search(text)
+        code = _CODE.search(text)
+        self.status = int(status.group(1)) if status else None
+        self.code = code.group(1) if code else ""
+        self.not_found = isinstance(exc, FileNotFoundError) or self.status == 404
+        self.exists = isinstance(
+            exc, obstore.exceptions.AlreadyExistsError | obstore.exceptions.PreconditionError
+        )
+        self.denied = self.status in (401, 403) or isinstance(
+            exc, obstore.exceptions.PermissionDeniedError | obstore.exceptions.UnauthenticatedError
+        )
+        # A generic error with no status: the request or its answer was lost on the way (refused,
+        # reset, timed out). Any other kind (an invalid path) is no fault of the network.
+        self.transport = self.status is None and type(exc) is obstore.exceptions.GenericError
+        self.timed_out = self.transport and "TimedOut" in text
+        self.kind = type(exc).__name__
+
+    @property
+    def transient(self) -> bool:
+        return (
+            self.transport or self.code in TRANSIENT_CODES or (self.status or 0) >= 500 or self.status == 409
+        )
+
+    def name(self) -> str:
+        return self.code or (str(self.status) if self.status else self.kind)
+
+
+class _Runtime:
+    """obstore's runtime (Rust threads) starts with the first request and does not survive a fork: a
+    child forked after it hung on its first request. Such a child fails at once instead."""
+
+    started = False
+    forked_after_start = False
+
+    @classmethod
+    def check(cls) -> None:
+        if cls.forked_after_start:
+            raise StorageError(
+                "this process was forked after it made S3 requests, and obstore's runtime does not survive "
+                "a fork: start worker processes with spawn (or fork before the first request)"
+            )
+        cls.started = True
+
+    @classmethod
+    def after_fork_in_child(cls) -> None:
+        cls.forked_after_start = cls.started
+
+
+os.register_at_fork(after_in_child=_Runtime.after_fork_in_child)
+
+
+class _BotocoreCredentials:
+    """Credentials from botocore's chain (profiles, SSO, containers, instance roles) for obstore to sign with."""
+
+    def __init__(self, found: Any) -> None:
+        self._found = found
+
+    def __call__(self) -> S3Credential:
+        frozen = self._found.get_frozen_credentials()
+        return {
+            "access_key_id": frozen.access_key,
+            "secret_access_key": frozen.secret_key,
+            "token": frozen.token,
+            "expires_at": datetime.now(UTC) + timedelta(seconds=_CREDENTIAL_SECONDS),
+        }
+
+
+def _signing(options: StorageOptions) -> tuple[S3Config, _BotocoreCredentials | None]:
+    """Keys from the options or the environment; else botocore's chain (imported only then: object_store
+    reads no profile files); else unsigned requests, as before."""
+    key = options.first("aws_access_key_id", "access_key_id", env=("AWS_ACCESS_KEY_ID",))
+    secret = options.first("aws_secret_access_key", "secret_access_key", env=("AWS_SECRET_ACCESS_KEY",))
+    if key and secret:
+        config: S3Config = {"access_key_id": key, "secret_access_key": secret}
+        token = options.first(
+            "aws_session_token", "session_token", "aws_token", "token", env=("AWS_SESSION_TOKEN",)
+        )
+        if token:
+            config["session_token"] = token
+        return config, None
     import botocore.session
 
-    session = botocore.session.get_session()
-    key = options.first("aws_access_key_id", "access_key_id")
-    secret = options.first("aws_secret_access_key", "secret_access_key")
-    if key and secret:
-        session.set_credentials(
-            key, secret, options.first("aws_session_token", "session_token", "aws_token", "token")
-        )
-    return session.get_credentials()
+    found = botocore.session.get_session().get_credentials()
+    return ({"skip_signature": True}, None) if found is None else ({}, _BotocoreCredentials(found))
+
+
+def _client(
+    bucket: str, prefix: str, options: StorageOptions, endpoint: str | None, pool: int, limits: TimeLimits
+) -> obstore.store.S3Store:
+    config, provider = _signing(options)
+    config["region"] = (
+        options.first("aws_region", "region", env=("AWS_REGION", "AWS_DEFAULT_REGION")) or "us-east-1"
+    )
+    config["virtual_hosted_style_request"] = options.flag(
+        "aws_virtual_hosted_style_request", default=endpoint is None
+    )
+    if endpoint:
+        config["endpoint"] = endpoint
+    return obstore.store.S3Store(
+        bucket,
+        prefix=prefix or None,
+        config=config,
+        credential_provider=provider,
+        client_options={
+            "allow_http": options.flag("allow_http") or (endpoint or "").startswith("http://"),
+            "timeout": timedelta(seconds=limits.request),
+            "connect_timeout": timedelta(seconds=limits.connect),
+            "pool_max_idle_per_host": str(pool),
+        },
+        retry_config={"max_retries": 0, "retry_timeout": timedelta(seconds=limits.total)},
+    )
 
 
 class S3Store(ObjectStore):
@@ -73,71 +195,50 @@ class S3Store(ObjectStore):
             scheme = "http" if options.flag("allow_http") else "https"
             endpoint = f"{scheme}://{endpoint}"
         self.endpoint = endpoint
-        self._http = SignedHttp(
-            _credentials(options),
-            endpoint,
-            bucket,
-            region=options.first("aws_region", "region", env=("AWS_REGION", "AWS_DEFAULT_REGION"))
-            or "us-east-1",
-            virtual=options.flag("aws_virtual_hosted_style_request", default=endpoint is None),
-            pool_size=parallelism,
-            connect_timeout=self.limits.connect,
-            request_timeout=self.limits.request,
-        )
-
-    def _key(self, path: str) -> str:
-        return join_path(self.prefix, path)
-
-    @staticmethod
-    def _is_transient(exc: BaseException) -> bool:
-        if isinstance(exc, urllib3.exceptions.HTTPError):
-            return True
-        if isinstance(exc, S3HttpError):
-            if exc.code in TRANSIENT_CODES:
-                return True
-            return exc.status >= 500
-        return False
+        self._s3 = _client(bucket, self.prefix, options, endpoint, parallelism, self.limits)
 
     def _call(self, kind: str, path: str, call: Callable[[], T]) -> T:
+        """One request, retried while its failure is transient; obstore's errors become memwal's (never quoted:
+        they hold the request URL, and an endpoint's user info)."""
+
+        _Runtime.check()
+
         def attempt() -> T:
             self.stats.add(kind)
             return call()
 
         try:
-            return self.retry.run(attempt, self._is_transient)
-        except S3HttpError as exc:
-            code = exc.code
-            if code in ("404", "NoSuchKey", "NotFound"):
-                raise NotFoundError(f"{self.describe(path)} does not exist") from exc
-            if code == "NoSuchBucket":
-                raise NotFoundError(f"bucket {self.bucket!r} does not exist") from exc
-            if code in ("412", "PreconditionFailed"):
-                raise AlreadyExistsError(f"{self.describe(path)} already exists") from exc
-            if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-                raise StorageError(f"access to {self.describe(path)} denied ({code})") from exc
-            raise StorageError(f"{kind} of {self.describe(path)} failed ({code})") from exc
-        except urllib3.exceptions.HTTPError as exc:
-            where = self.endpoint or "S3"
-            # urllib3 files a refused connection (NewConnectionError) under its connect timeouts.
-            silent = isinstance(exc, urllib3.exceptions.TimeoutError)
-            if silent and not isinstance(exc, urllib3.exceptions.NewConnectionError):
-                raise StorageError(
-                    f"storage did not answer: {where} gave no full reply for {self.describe(path)} within "
-                    f"{self.limits.request:g} s (storage option timeout)"
-                ) from exc
-            raise StorageError(
-                f"cannot reach {where} for {self.describe(path)}: {type(exc).__name__}"
-            ) from exc
+            return self.retry.run(
+                attempt, lambda exc: isinstance(exc, _OBSTORE_ERRORS) and _Failure(exc).transient
+            )
+        except _OBSTORE_ERRORS as exc:
+            raise self._error(kind, path, _Failure(exc)) from None
+
+    def _error(self, kind: str, path: str, failure: _Failure) -> Exception:
+        where = self.describe(path)
+        if failure.code == "NoSuchBucket":
+            return NotFoundError(f"bucket {self.bucket!r} does not exist")
+        if failure.not_found:
+            return NotFoundError(f"{where} does not exist")
+        if failure.exists:
+            return AlreadyExistsError(f"{where} already exists")
+        if failure.denied:
+            return StorageError(f"access to {where} denied ({failure.name()})")
+        endpoint = self.endpoint or "S3"
+        if failure.timed_out:
+            return StorageError(
+                f"storage did not answer: {endpoint} gave no full reply for {where} within "
+                f"{self.limits.request:g} s (storage option timeout)"
+            )
+        if failure.transport:
+            return StorageError(f"cannot reach {endpoint} for {where}")
+        return StorageError(f"{kind} of {where} failed ({failure.name()})")
 
     def read(self, path: str) -> bytes:
-        return self._call("get", path, lambda: self._http.request("GET", self._key(path)).data)
+        return self._call("get", path, lambda: obstore.get(self._s3, path).bytes().to_bytes())
 
     def write(self, path: str, data: bytes) -> None:
-        self._call(
-            "put",
-            path,
-            lambda: self._http.request("PUT", self._key(path), data),
-        )
+        self._call("put", path, lambda: obstore.put(self._s3, path, data))
 
     def put_if_not_exists(self, path: str, data: bytes) -> None:
         attempts = 0
@@ -145,12 +246,12 @@ class S3Store(ObjectStore):
         def call() -> None:
             nonlocal attempts
             attempts += 1
-            self._http.request("PUT", self._key(path), data, {"If-None-Match": "*"})
+            obstore.put(self._s3, path, data, mode="create")
 
         try:
             self._call("put_if_not_exists", path, call)
         except AlreadyExistsError:
-            # A retried put whose first attempt landed (but whose reply was lost)
+            # A retried put whose first attempt landed (but whose answer was lost)
             # sees its own object: that is a success, not a lost race.
             if attempts > 1 and self.read(path) == data:
                 return
@@ -158,84 +259,73 @@ class S3Store(ObjectStore):
 
     def head(self, path: str) -> ObjectInfo | None:
         try:
-            response = self._call("head", path, lambda: self._http.request("HEAD", self._key(path)))
+            meta = self._call("head", path, lambda: obstore.head(self._s3, path))
         except NotFoundError:
             return None
-        return ObjectInfo(path, int(response.headers.get("content-length", 0)), response.last_modified)
-
-    def _pages(self, path: str, *, delimiter: bool) -> Iterator[ListPage]:
-        prefix = self._key(path)
-        prefix = f"{prefix}/" if prefix else ""
-        page = self._call(
-            "list", path, partial(self._http.list_page, prefix, delimiter=delimiter, token=None)
-        )
-        yield page
-        while page.next_token is not None:
-            after = partial(self._http.list_page, prefix, delimiter=delimiter, token=page.next_token)
-            page = self._call("list", path, after)
-            yield page
-
-    def _relative(self, key: str) -> str:
-        return key[len(self.prefix) + 1 :] if self.prefix else key
+        return ObjectInfo(path, meta["size"], meta["last_modified"].timestamp())
 
     def is_dir(self, path: str) -> bool:
-        prefix = self._key(path)
-        page = self._call(
-            "list",
-            path,
-            lambda: self._http.list_page(
-                f"{prefix}/" if prefix else "", delimiter=False, token=None, max_keys=1
-            ),
-        )
-        return page.key_count > 0
+        def first_page() -> bool:
+            return any(len(chunk) > 0 for chunk in obstore.list(self._s3, path or None, chunk_size=1))
+
+        return self._call("list", path, first_page)
 
     def list_dirs(self, path: str) -> list[str]:
-        names = [
-            p.rstrip("/").rsplit("/", 1)[-1]
-            for page in self._pages(path, delimiter=True)
-            for p in page.prefixes
-        ]
-        return sorted(names)
+        found = self._call("list", path, lambda: obstore.list_with_delimiter(self._s3, path or None))
+        return sorted(p.rsplit("/", 1)[-1] for p in found["common_prefixes"])
 
     def list_files(
         self, path: str, *, recursive: bool = False, before: str | None = None
     ) -> list[ObjectInfo]:
-        found: list[ObjectInfo] = []
-        for page in self._pages(path, delimiter=not recursive):
-            infos = [ObjectInfo(self._relative(obj.key), obj.size, obj.mtime) for obj in page.objects]
-            found += [info for info in infos if before is None or info.path < before]
-            if before is not None and infos and infos[-1].path >= before:
-                break  # S3 lists in key order: the rest sorts after `before`
-        return sorted(found, key=lambda info: info.path)
+        def listed() -> list[ObjectInfo]:
+            if not recursive:
+                metas = obstore.list_with_delimiter(self._s3, path or None)["objects"]
+                return [_info(meta) for meta in metas if before is None or meta["path"] < before]
+            found: list[ObjectInfo] = []
+            for chunk in obstore.list(self._s3, path or None, chunk_size=_PAGE):
+                found += (_info(meta) for meta in chunk if before is None or meta["path"] < before)
+                if before is not None and chunk and chunk[-1]["path"] >= before:
+                    break  # S3 lists in key order: the rest sorts after `before`, and is never asked for
+            return found
+
+        return sorted(self._call("list", path, listed), key=lambda info: info.path)
+
+    def first_files(self, path: str) -> list[ObjectInfo]:
+        """The first page (1,000 keys) below `path`, one LIST: Lance's table manifests sort newest first."""
+
+        def page() -> list[ObjectInfo]:
+            found = next(iter(obstore.list(self._s3, path or None, chunk_size=_PAGE)), [])
+            return [_info(meta) for meta in found if "/" not in meta["path"][len(path) + 1 :]]
+
+        return sorted(self._call("list", path, page), key=lambda info: info.path)
 
     def delete(self, path: str) -> None:
-        self._call("delete", path, lambda: self._http.request("DELETE", self._key(path)))
+        self._call("delete", path, lambda: obstore.delete(self._s3, path))
 
     def delete_many(self, paths: Sequence[str]) -> None:
-        """One DeleteObjects request per 1,000 keys (S3's batch limit), batches in parallel."""
-        batches = [list(paths[i : i + DELETE_BATCH]) for i in range(0, len(paths), DELETE_BATCH)]
-
-        def delete_batch(batch: list[str]) -> None:
-            keys = [self._key(p) for p in batch]
-            errors = self._call("delete_many", batch[0], lambda: self._http.delete_objects(keys))
-            failed = [(key, code) for key, code in errors if code != "NoSuchKey"]
-            if failed:
-                raise StorageError(f"delete of s3://{self.bucket}/{failed[0][0]} failed ({failed[0][1]})")
-
-        self.map(delete_batch, batches)
+        """DeleteObjects requests of up to 1,000 keys (S3's batch limit), batches in parallel."""
+        batches = [list(paths[i : i + _PAGE]) for i in range(0, len(paths), _PAGE)]
+        self.map(
+            lambda batch: self._call("delete_many", batch[0], lambda: obstore.delete(self._s3, batch)),
+            batches,
+        )
 
     def delete_trees(self, paths: Sequence[str]) -> list[list[ObjectInfo]]:
         found = [self.list_files(path, recursive=True) for path in paths]
         keys: list[str] = []
         for path, tree in zip(paths, found, strict=True):
             files = [info.path for info in tree]
-            # Some S3 servers (SeaweedFS) keep emptied folders as listable prefixes unless
-            # their "dir/" keys are deleted too; on AWS these keys are absent and cost nothing.
+            # Some S3 servers (SeaweedFS) keep emptied folders as listable prefixes unless their
+            # folder keys are deleted too (deepest first); on AWS these keys are absent and cost nothing.
             folders = {path} | {f.rsplit("/", 1)[0] for f in files}
             for folder in list(folders):
                 while folder.startswith(f"{path}/"):
                     folder = folder.rsplit("/", 1)[0]
                     folders.add(folder)
-            keys += files + [f"{folder}/" for folder in sorted(folders, key=lambda f: -f.count("/"))]
+            keys += files + sorted(folders, key=lambda f: -f.count("/"))
         self.delete_many(keys)
         return found
+
+
+def _info(meta: Any) -> ObjectInfo:
+    return ObjectInfo(meta["path"], meta["size"], meta["last_modified"].timestamp())

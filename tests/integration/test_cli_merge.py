@@ -90,3 +90,19 @@ def test_counts_agree_and_rows_deleted_are_the_base_rows_lance_removed(tmp_path:
         single = _merge_json(alone, "--region", region)
         assert single["rows_deleted"] == by_region[region]["rows_deleted"], region
         assert single["tombstones"] == by_region[region]["tombstones"], region
+
+
+def test_a_spark_server_that_is_down_is_one_line_not_one_per_region(tmp_path: Path) -> None:
+    from tests.support.service import free_ports
+
+    uri = str(tmp_path / "demo")
+    write_demo_table(uri)
+    (port,) = free_ports(1)  # nothing listens there: the Spark Connect server is down
+    done, _seconds = timed_cli(["merge", uri, "--spark-remote", f"sc://127.0.0.1:{port}"])
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if line.startswith("memwal merge: error:")]
+    assert len(errors) == 1 and errors[0].count("regions ") == 1, done.stderr
+    assert [line for line in done.stdout.splitlines() if "FAILED" in line] == [
+        line for line in done.stdout.splitlines() if line.startswith("  FAILED: regions ")
+    ]
+    assert done.stdout.count("FAILED") == 1, done.stdout

@@ -20,8 +20,8 @@ import pytest
 from dagster._core.remote_representation.external_data import RepositorySnap
 from dagster_shared.serdes import serialize_value
 
+from memwal_pipelines.build import build_definitions
 from memwal_pipelines.config import load_tables
-from memwal_pipelines.definitions import build_definitions
 from tests.support.paths import PROJECT_ROOT
 
 KEY = "AKIAHOSTILE28EXAMPLE"

@@ -6,7 +6,7 @@ by Lance's native writer before and while the daemon runs. The tables must end
 equal to the model, every region must have its own base_table materialization,
 and run records must show no two merge runs (rounds) of one table overlapping.
 A third table, left to the UI test, must show in the browser a region behind
-(with its pending generations) and, once the daemon merged it, caught up; that
+(with its pending generations) and, once merged, caught up; that
 test saves the picture of the status asset's region view that the README shows.
 """
 
@@ -24,8 +24,9 @@ from dagster._core.instance.ref import InstanceRef
 
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
+from memwal_pipelines.build import build_definitions
 from memwal_pipelines.config import TableConfig
-from memwal_pipelines.definitions import build_definitions
+from memwal_pipelines.sensors import FLUSHED_SENSOR
 from tests.support.browser import (
     ARTIFACTS,
     COMMUNITY_DIALOG,
@@ -66,7 +67,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, connect_server: Any) ->
             f"  - {{name: {n}, uri: '{t.uri}', sensor_interval_seconds: 2}}\n" for n, t in tables.items()
         )
         + f"  - {{name: {UI_TABLE.name}, uri: '{ui_table.uri}', sensor_interval_seconds: "
-        f"{UI_TABLE.sensor_interval_seconds}, status_interval_seconds: {UI_TABLE.status_interval_seconds}}}\n"
+        f"{UI_TABLE.sensor_interval_seconds}, status_interval_seconds: {UI_TABLE.status_interval_seconds}, "
+        "sensors: false}\n"
     )
     with DagsterDeployment(listing, env={"MEMWAL_SPARK_REMOTE": connect_server.url}) as running:
         yield E2E(running, tables, ui_table, ui_regions)
@@ -105,8 +107,7 @@ def wait_until_merged(deployment: DagsterDeployment, tables: dict[str, ModelTabl
 def test_daemon_merges_each_table_in_rounds_one_run_at_a_time(deployment: E2E) -> None:
     running, tables = deployment.running, deployment.tables
     assert all(pending(t) > 0 for t in tables.values())
-    for name in TABLES:
-        assert running.start_sensor(f"{name}_flushed_generations") == "RUNNING"
+    assert running.start_sensor(FLUSHED_SENSOR) == "RUNNING"
     # A flush while the daemon is at work: the sensor must start a later round for it.
     time.sleep(3)
     late = tables["alpha"].write(None, [("put", [{"id": 9000 + i, "v": "late"} for i in range(5)])])
@@ -202,7 +203,7 @@ def test_ui_renders_the_asset_graph_and_a_region_partition(deployment: E2E) -> N
 
 
 def test_ui_shows_a_region_behind_with_its_backlog_then_caught_up(deployment: E2E) -> None:
-    """The status asset's region view, in the browser: behind first, caught up once the daemon merged."""
+    """The status asset's region view, in the browser: behind first, caught up once merged."""
     from playwright.sync_api import sync_playwright
 
     running, table, (early, late) = deployment.running, deployment.ui_table, deployment.ui_regions
@@ -237,8 +238,12 @@ def test_ui_shows_a_region_behind_with_its_backlog_then_caught_up(deployment: E2
             )
             keep_for_readme("region-view.png")
 
-            # The daemon merges `late` (its sensor switched on as the UI does) and records the status.
-            assert running.start_sensor(f"{config.name}_flushed_generations") == "RUNNING"
+            # `late` merged (the location's sensors leave this table alone: `sensors: false`), the status recorded.
+            for job, partition in (("merge", late), ("snapshot", None)):
+                result = definitions.resolve_job_def(f"{config.name}_{job}").execute_in_process(
+                    instance=instance, partition_key=partition, run_config=QUIET
+                )
+                assert result.success
             show(page, status_page, ["All 2 regions caught up"], "region-caught-up.png", timeout=180)
             assert region_row(page, late)[:3] == [late[:8], "caught up", "0"]
             # Its table-level numbers, plotted over time.

@@ -25,6 +25,7 @@ from dagster._core.instance.ref import InstanceRef
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
 from memwal_core.storage.options import StorageOptions
+from memwal_pipelines.sensors import FLUSHED_SENSOR
 from tests.support.dagster import PROJECT_ROOT, DagsterDeployment
 from tests.support.model import ModelTable, keyed_backlog_table
 from tests.support.postgres import PostgresServer
@@ -137,7 +138,7 @@ def test_daemon_on_postgres_merges_the_backlog_and_records_its_runs_there(
 ) -> None:
     deployment, server, table = production
     assert pending(table) > 0
-    assert deployment.start_sensor(f"{TABLE}_flushed_generations") == "RUNNING"
+    assert deployment.start_sensor(FLUSHED_SENSOR) == "RUNNING"
 
     deadline = time.monotonic() + 150
     while True:

@@ -19,8 +19,8 @@ from memwal_core.demo import write_demo_table
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
 from memwal_core.storage.options import StorageOptions
+from memwal_pipelines.build import build_definitions
 from memwal_pipelines.config import TableConfig
-from memwal_pipelines.definitions import build_definitions
 
 
 def test_gc_job_checks_and_collects_an_s3_table_with_a_backlog(

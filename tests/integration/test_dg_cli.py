@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from tests.support.dagster import LOCATION, location_loaded
 from tests.support.paths import PROJECT_ROOT
 from tests.support.service import LOOPBACK, free_ports, stop_process_group
@@ -87,3 +89,83 @@ def test_dg_dev_serves_the_code_location_without_warnings(tmp_path: Path) -> Non
     # What it says while it serves; stopping it races its code server's restart watch.
     serving = output.split("Shutting down Dagster services")[0]
     assert not warnings_in(serving), output
+
+
+NEW_PROJECT = """\
+[project]
+name = "shop"
+version = "0.1.0"
+requires-python = ">=3.11"
+
+[tool.dg]
+directory_type = "project"
+
+[tool.dg.project]
+root_module = "shop"
+"""
+NEW_DEFINITIONS = """\
+from pathlib import Path
+
+import yaml
+
+import dagster as dg
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
+"""
+
+
+def dg(root: Path, env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([str(DG), *args], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_new_project_lists_scaffolds_and_loads_the_component(tmp_path: Path) -> None:
+    """A Dagster project of its own with memwal installed: `dg list components`, `dg scaffold defs`, `dg check defs`."""
+    root = tmp_path / "shop"
+    (root / "shop" / "defs").mkdir(parents=True)
+    (root / "pyproject.toml").write_text(NEW_PROJECT)
+    (root / "shop" / "__init__.py").write_text("")
+    (root / "shop" / "defs" / "__init__.py").write_text("")
+    (root / "shop" / "definitions.py").write_text(NEW_DEFINITIONS)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "MEMWAL_TABLES")}
+    env["DAGSTER_HOME"] = str(tmp_path / "home")
+
+    assert "memwal_pipelines.MemWalTableComponent" in dg(root, env, "list", "components")
+    params = '{"uri": "s3://lake/events", "merge_engine": "local"}'
+    dg(
+        root,
+        env,
+        "scaffold",
+        "defs",
+        "memwal_pipelines.MemWalTableComponent",
+        "events",
+        "--json-params",
+        params,
+    )
+    written = yaml.safe_load((root / "shop" / "defs" / "events" / "defs.yaml").read_text())
+    assert written["type"] == "memwal_pipelines.MemWalTableComponent"
+    attributes = written["attributes"]
+    assert (attributes["name"], attributes["uri"], attributes["merge_engine"]) == (
+        "events",
+        "s3://lake/events",
+        "local",
+    )
+    assert attributes["storage_options_env"] == "EVENTS_STORAGE_OPTIONS"
+    assert attributes["max_batch_bytes"] > 0 and attributes["gc_cron"] and attributes["snapshot_cron"]
+
+    assert "All definitions loaded successfully." in dg(root, env, "check", "defs")
+    listed = dg(root, env, "list", "defs", "--json")
+    assert (
+        "events_merge" in listed and "memwal_flushed_generations" in listed and "events/base_table" in listed
+    )
+
+    # A bad key is refused when the definitions load, naming the key.
+    (root / "shop" / "defs" / "events" / "defs.yaml").write_text(
+        yaml.safe_dump({**written, "attributes": {**attributes, "max_batch_bytes": 0}})
+    )
+    refused = subprocess.run([str(DG), "check", "defs"], cwd=root, env=env, capture_output=True, text=True)
+    assert refused.returncode != 0 and "max_batch_bytes must be at least 1" in refused.stdout + refused.stderr

@@ -6,16 +6,17 @@ import uuid
 from pathlib import Path
 
 import lance
-from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
+from dagster import DagsterInstance, RunRequest, SensorResult, build_sensor_context
 
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.model.indexes import TableIndex, maintained_indexes
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.compact import compact
 from memwal_core.services.merge.service import merge
+from memwal_pipelines.build import build_definitions
 from memwal_pipelines.config import TableConfig
-from memwal_pipelines.definitions import build_definitions
 from memwal_pipelines.keys import TableKeys
+from memwal_pipelines.sensors import CATCHUP_SENSOR
 from tests.support.model import KEYED_SCHEMA, ModelTable
 
 BTREE = "/lance.table.BTreeIndexDetails"
@@ -111,18 +112,18 @@ def test_dagster_catchup_sensor_and_job_list_an_index_created_later(tmp_path: Pa
     lance.dataset(uri).create_scalar_index("v", "BTREE", name="v_idx")
     keys = TableKeys(TableConfig(name="t", uri=uri))
     definitions = build_definitions([keys.table])
-    sensor = definitions.resolve_sensor_def("t_index_catchup")
+    sensor = definitions.resolve_sensor_def(CATCHUP_SENSOR)
     instance = DagsterInstance.ephemeral()
 
-    def tick() -> RunRequest | SkipReason:
+    def tick() -> list[RunRequest]:
         with build_sensor_context(instance=instance, resources=definitions.resources) as context:
             result = sensor(context)
-        assert isinstance(result, RunRequest | SkipReason)
-        return result
+        assert isinstance(result, SensorResult)
+        return list(result.run_requests or [])
 
-    request = tick()
-    assert isinstance(request, RunRequest) and request.run_key == f"t:catchup:{lance.dataset(uri).version}"
+    (request,) = tick()
+    assert request.job_name == "t_catchup" and request.run_key == f"t:catchup:{lance.dataset(uri).version}"
     run = definitions.resolve_job_def("t_catchup").execute_in_process(instance=instance)
     assert run.success
     assert lance.dataset(uri).mem_wal_index_details()["maintained_indexes"] == ["v_idx"]
-    assert isinstance(tick(), SkipReason)
+    assert not tick(), "listed and caught up: no run"

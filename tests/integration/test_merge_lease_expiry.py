@@ -19,8 +19,8 @@ import pytest
 
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.defaults import SINGLE, TWO_STEP
 from memwal_core.services.engine import LocalEngine
-from memwal_core.services.merge.commit import SINGLE, TWO_STEP
 from memwal_core.services.merge.result import MergeResult
 from memwal_core.services.merge.service import merge
 from tests.support.model import KEYED_SCHEMA, ModelTable

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.defaults import AUTO, COMMIT_FORMS
 from memwal_core.services.engine import Engine, LocalEngine, SparkEngine
 from memwal_core.services.merge.batch import MergeBudget
-from memwal_core.services.merge.commit import AUTO, COMMIT_FORMS
 from memwal_core.services.merge.service import merge
 from memwal_core.services.merge.staged import ROWS_PER_TASK_ENV
 from memwal_core.services.status import status

@@ -293,3 +293,23 @@ def test_stale_region_in_a_batch_is_replanned_the_others_kept(tmp_path: Path, ov
     assert_progress_never_decreases(progress_history(table.uri))
     assert set(progress(table.uri).values()) == {2}
     table.assert_merged()
+
+
+def test_a_round_out_of_time_leaves_the_other_regions_for_the_next(tmp_path: Path) -> None:
+    """`max_seconds`: the batch that outlasts it is the round's last; the regions not reached are deferred."""
+    from tests.support.model import keyed_backlog_table
+
+    table, _regions = keyed_backlog_table(tmp_path / "t", regions=3)
+    one_region_a_batch = MergeBudget(max_rows=1, max_bytes=1 << 30)
+    with MemWalTable.open(table.uri) as opened:
+        regions = [r.region for r in status(opened).regions if r.pending_generations]
+        assert len(regions) == 3
+        first = merge(opened, budget=one_region_a_batch, max_seconds=0)
+        assert len(first.batches) == 1 and not first.failures
+        # A region whose later generations did not fit the batch is deferred too.
+        assert {first.regions[0].region, *first.deferred_regions} == set(regions)
+        assert len(first.deferred_regions) >= 2
+        assert first.to_json()["deferred_regions"] == first.deferred_regions
+        rest = merge(opened, budget=one_region_a_batch)
+    assert not rest.deferred_regions and {r.region for r in rest.regions} == set(first.deferred_regions)
+    table.assert_merged()

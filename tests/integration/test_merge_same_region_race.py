@@ -16,9 +16,10 @@ import pytest
 from memwal_core.model.evolution import TableFields
 from memwal_core.model.lease import Lease
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.defaults import SINGLE, TWO_STEP
 from memwal_core.services.engine import LocalEngine
 from memwal_core.services.merge.collapse import collapse_in_process
-from memwal_core.services.merge.commit import SINGLE, TWO_STEP, CommitPlan, commit_checked, commit_region
+from memwal_core.services.merge.commit import CommitPlan, commit_checked, commit_region
 from memwal_core.services.merge.plan import plan_merge
 from memwal_core.services.merge.service import merge
 from tests.support.model import ModelTable

@@ -24,7 +24,6 @@ from dagster import (
     PartitionKeyRange,
     RunRequest,
     SensorResult,
-    SkipReason,
     build_sensor_context,
 )
 from dagster._core.instance.ref import InstanceRef
@@ -35,9 +34,11 @@ from memwal_core.errors import BadInputError
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.retain import retain
 from memwal_core.services.status import status
+from memwal_pipelines.build import build_definitions
 from memwal_pipelines.config import TableConfig, load_tables
-from memwal_pipelines.definitions import build_definitions, defs
+from memwal_pipelines.definitions import defs
 from memwal_pipelines.keys import TableKeys
+from memwal_pipelines.sensors import COMPACTION_SENSOR, FLUSHED_SENSOR
 from memwal_pipelines.warm_spark import warm_home
 from tests.support.browser import (
     ARTIFACTS,
@@ -56,7 +57,7 @@ RANGE_TAGS = ("dagster/asset_partition_range_start", "dagster/asset_partition_ra
 
 def tick(keys: TableKeys, instance: DagsterInstance, cursor: str | None) -> SensorResult:
     definitions = build_definitions([keys.table])
-    sensor = definitions.resolve_sensor_def(f"{keys.table.name}_flushed_generations")
+    sensor = definitions.resolve_sensor_def(FLUSHED_SENSOR)
     with build_sensor_context(instance=instance, cursor=cursor, resources=definitions.resources) as context:
         result = sensor(context)
     assert isinstance(result, SensorResult)
@@ -189,7 +190,7 @@ def test_sensor_records_which_regions_are_behind_in_the_status(tmp_path: Path) -
 
     # At most one status per status_interval_seconds; a cursor of the earlier flat form still reads.
     hourly = TableKeys(replace(keys.table, status_interval_seconds=3600))
-    flat = json.dumps({r: "0:0" for r in regions})
+    flat = json.dumps({"t": json.dumps({r: "0:0" for r in regions})})
     assert status_recorded(tick(hourly, instance, flat)), "no status recorded yet"
     recorded = tick(hourly, instance, flat).cursor
     run_job(keys, instance, "merge", regions[1])
@@ -352,17 +353,25 @@ def test_checks_fail_on_a_backlog_and_a_missing_generation(tmp_path: Path) -> No
         instance=instance, raise_on_error=False
     )
     evaluations = {c.check_name: c for c in checks.get_asset_check_evaluations()}
-    assert evaluations["lsm_consistency"].passed is False
-    assert "LSM read failed" in str(evaluations["lsm_consistency"].metadata["result"].value)
+    consistency = evaluations["lsm_consistency"]
+    assert consistency.passed is False
+    assert "LSM read failed" in str(consistency.metadata["result"].value)
+    # Why, in the check's description and metadata: the region that cannot be read, not "0 rows".
+    assert consistency.description is not None and regions[0] in consistency.description
+    assert consistency.description.startswith(f"not checked: LSM read failed: region {regions[0]}: ")
+    assert consistency.metadata["unreadable_region"].value == regions[0]
+    assert victim in consistency.metadata["error"].value
 
 
-def compaction_tick(keys: TableKeys, instance: DagsterInstance) -> RunRequest | SkipReason:
+def compaction_tick(keys: TableKeys, instance: DagsterInstance) -> RunRequest | None:
+    """The compaction run the location's compaction sensor asks for, if any."""
     definitions = build_definitions([keys.table])
-    sensor = definitions.resolve_sensor_def(f"{keys.table.name}_compaction")
+    sensor = definitions.resolve_sensor_def(COMPACTION_SENSOR)
     with build_sensor_context(instance=instance, resources=definitions.resources) as context:
         result = sensor(context)
-    assert isinstance(result, RunRequest | SkipReason)
-    return result
+    assert isinstance(result, SensorResult)
+    (request,) = result.run_requests or [None]
+    return request
 
 
 def test_fragment_sensor_compaction_and_retention_on_a_real_table(tmp_path: Path) -> None:
@@ -377,20 +386,20 @@ def test_fragment_sensor_compaction_and_retention_on_a_real_table(tmp_path: Path
     assert fragments >= 3, "every merge leaves a fragment behind"
 
     below = compaction_tick(TableKeys(replace(config, compaction_fragment_threshold=fragments + 1)), instance)
-    assert isinstance(below, SkipReason), "under the threshold: no run"
+    assert below is None, "under the threshold: no run"
     crossing = TableKeys(replace(config, compaction_fragment_threshold=fragments))
     first, again = compaction_tick(crossing, instance), compaction_tick(crossing, instance)
-    assert isinstance(first, RunRequest) and isinstance(again, RunRequest)
+    assert first is not None and again is not None
     assert first.run_key == again.run_key == f"t:compaction:{table.dataset().version}"
     busy = DagsterInstance.ephemeral()
     create_run_for_test(busy, job_name="t_compaction", status=DagsterRunStatus.STARTED)
-    assert isinstance(compaction_tick(crossing, busy), SkipReason), "one compaction running is enough"
+    assert compaction_tick(crossing, busy) is None, "one compaction running is enough"
 
     compacted = materialized(run_job(crossing, instance, "compaction"), "compaction")
     assert (compacted["fragments_before"], compacted["fragments_after"]) == (fragments, 1)
     assert compacted["rows_rewritten"] == len(table.rows) and compacted["seconds"] > 0
     table.assert_merged()
-    assert isinstance(compaction_tick(crossing, instance), SkipReason), "compacted: under the threshold again"
+    assert compaction_tick(crossing, instance) is None, "compacted: under the threshold again"
 
     versions = len(table.dataset().versions())
     kept = materialized(run_job(keys, instance, "retention"), "retention")
@@ -606,3 +615,43 @@ def test_ingest_job_refuses_bad_config_in_one_line(
     assert not result.success
     (failure,) = [e for e in result.all_events if e.is_step_failure]
     assert message in str(failure.event_specific_data)
+
+
+def test_one_sensor_for_every_table_shares_runs_when_many_flush_at_once(tmp_path: Path) -> None:
+    """The location's sensor: per-table rounds for a few tables, shared runs for many, a broken table skipped."""
+    tables = {f"t{i}": keyed_backlog_table(tmp_path / f"t{i}")[0] for i in range(4)}
+    configs = [TableConfig(name=n, uri=t.uri, merge_engine="local") for n, t in tables.items()]
+    configs.append(TableConfig(name="paused", uri=keyed_backlog_table(tmp_path / "p")[0].uri, sensors=False))
+    configs.append(TableConfig(name="gone", uri=str(tmp_path / "missing")))
+    definitions = build_definitions(configs)
+    instance = DagsterInstance.ephemeral()
+    with build_sensor_context(instance=instance, resources=definitions.resources) as context:
+        result = definitions.resolve_sensor_def(FLUSHED_SENSOR)(context)
+    assert isinstance(result, SensorResult)
+    shared = list(result.run_requests or [])
+    assert {r.job_name for r in shared} == {"memwal_merge_tables"}
+    assert [r.tags["memwal/tables"] for r in shared] == ["t0,t1,t2", "t3"], "the paused, the missing left out"
+    assert set(json.loads(result.cursor or "{}")) == set(tables), "each table read keeps its own cursor"
+    for request in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys or []))
+
+    merged = set()
+    for request in shared:
+        run = definitions.resolve_job_def("memwal_merge_tables").execute_in_process(
+            instance=instance, run_config=request.run_config, tags=request.tags
+        )
+        assert run.success
+        merged |= {(e.asset_key.path[0], e.partition) for e in run.get_asset_materialization_events()}
+    assert {name for name, _region in merged} == set(tables) and len(merged) == 8, "two regions per table"
+    for table in tables.values():
+        table.assert_merged()
+
+    # Two tables with a round due: each its own merge run, as for one.
+    for table in list(tables.values())[:2]:
+        table.write(None, [("put", [{"id": 8000, "v": "again"}])])
+    with build_sensor_context(
+        instance=instance, cursor=result.cursor, resources=definitions.resources
+    ) as context:
+        again = definitions.resolve_sensor_def(FLUSHED_SENSOR)(context)
+    assert isinstance(again, SensorResult)
+    assert sorted(r.job_name for r in again.run_requests or []) == ["t0_merge", "t1_merge"]

@@ -27,9 +27,9 @@ from memwal_core.model.table import MemWalTable
 from memwal_core.services.catchup import catchup
 from memwal_core.services.compact import compact
 from memwal_core.services.consistency import check_consistency
+from memwal_core.services.defaults import SINGLE, TWO_STEP
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.gc.service import gc
-from memwal_core.services.merge.commit import SINGLE, TWO_STEP
 from memwal_core.services.merge.service import merge
 from memwal_core.services.reader import lsm_scanner, plan_read
 from memwal_core.services.snapshot.service import build_snapshot

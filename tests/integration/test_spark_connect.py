@@ -24,8 +24,8 @@ from memwal_core.demo import write_demo_table
 from memwal_core.errors import BadInputError
 from memwal_core.format.naming import STAGING_DIR
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.defaults import SINGLE, TWO_STEP
 from memwal_core.services.engine import Engine, SparkEngine
-from memwal_core.services.merge.commit import SINGLE, TWO_STEP
 from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
 from memwal_core.spark_session import shared_session_ids

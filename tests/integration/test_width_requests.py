@@ -25,8 +25,9 @@ from memwal_core.services.merge.service import merge
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
 from memwal_core.storage.options import StorageOptions
+from memwal_pipelines.build import build_definitions
 from memwal_pipelines.config import TableConfig
-from memwal_pipelines.definitions import build_definitions
+from memwal_pipelines.sensors import FLUSHED_SENSOR
 from tests.support.proxy import LatencyProxy
 
 REGIONS = 12
@@ -86,7 +87,7 @@ def counted(
 def tick(uri: str, options: dict[str, str], instance: DagsterInstance, cursor: str | None) -> SensorResult:
     config = TableConfig(name="wide", uri=uri, storage_options_env="WIDTH_TEST_OPTIONS")
     definitions = build_definitions([config])
-    sensor = definitions.resolve_sensor_def("wide_flushed_generations")
+    sensor = definitions.resolve_sensor_def(FLUSHED_SENSOR)
     with build_sensor_context(instance=instance, cursor=cursor, resources=definitions.resources) as context:
         result = sensor(context)
     assert isinstance(result, SensorResult)

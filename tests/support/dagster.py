@@ -9,9 +9,11 @@ The table list comes from a YAML file passed as MEMWAL_TABLES.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -27,14 +29,27 @@ from tests.support.service import (
     LoopbackService,
     free_ports,
     log_tail,
+    processes,
     stop_process_group,
 )
 
 LOCATION = "memwal_pipelines.definitions"
 REPOSITORY = "__repository__"
+BIN_DIR = Path(sys.executable).parent
+WORKSPACE = str(PROJECT_ROOT / "workspace.yaml")
+DAEMON = [str(BIN_DIR / "dagster-daemon"), "run", "-w", WORKSPACE]
 
 
-LOCATION = "memwal_pipelines.definitions"
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, children before their own children."""
+    children: dict[int, list[int]] = {}
+    for child, parent, _group in processes():
+        children.setdefault(parent, []).append(child)
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [c for p in frontier for c in children.get(p, [])]
+        found += frontier
+    return found
 
 
 def location_loaded(url: str) -> bool:
@@ -118,13 +133,11 @@ class DagsterDeployment(LoopbackService):
 
     def _attempt(self, attempt: int) -> None:
         (self.port,) = free_ports(1)
-        bin_dir = Path(sys.executable).parent
-        workspace = str(PROJECT_ROOT / "workspace.yaml")
         self._spawn(
             "webserver",
-            [str(bin_dir / "dagster-webserver"), "-h", LOOPBACK, "-p", str(self.port), "-w", workspace],
+            [str(BIN_DIR / "dagster-webserver"), "-h", LOOPBACK, "-p", str(self.port), "-w", WORKSPACE],
         )
-        self._spawn("daemon", [str(bin_dir / "dagster-daemon"), "run", "-w", workspace])
+        self._spawn("daemon", DAEMON)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             for name, process in self._processes.items():
@@ -154,6 +167,22 @@ class DagsterDeployment(LoopbackService):
             if location.get("__typename") == "PythonError":
                 raise RuntimeError(f"code location failed to load: {location.get('message', '')[:500]}")
         return all(location.get("__typename") == "RepositoryLocation" for location in loaded)
+
+    def kill_daemon_tree(self) -> list[int]:
+        """kill -9 the daemon and every process below it (code server, run workers), as a crash of its unit."""
+        daemon = self._processes["daemon"]
+        tree = [daemon.pid, *descendants(daemon.pid)]
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        daemon.wait(timeout=30)
+        return tree
+
+    def restart_daemon(self, env: dict[str, str] | None = None) -> None:
+        """Start `dagster-daemon run` again (as systemd's Restart=always does), with `env` added."""
+        self.extra_env.update(env or {})
+        self._logs.pop("daemon").close()
+        self._spawn("daemon", DAEMON)
 
     def _discard_attempt(self) -> None:
         self._release(10.0)

@@ -9,7 +9,7 @@ import lance
 import pyarrow as pa
 
 from memwal_core import MemWalTable, lsm_scanner, plan_read
-from memwal_core.model.table import PK_META
+from memwal_core.format.primary_key import PK_META
 
 PRIMARY_KEY = {PK_META.decode(): "true"}
 

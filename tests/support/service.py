@@ -70,18 +70,23 @@ def stop_process_group(process: subprocess.Popen[Any], timeout: float = 10.0) ->
             os.kill(pid, signal.SIGKILL)
 
 
-def _group_members(pgid: int) -> list[int]:
-    """PIDs whose process group is `pgid` (Linux /proc; empty elsewhere)."""
-    members = []
+def processes() -> list[tuple[int, int, int]]:
+    """(pid, parent pid, process group) of every process (Linux /proc; empty elsewhere)."""
+    found = []
     for entry in Path("/proc").glob("[0-9]*/stat"):
         try:
             # Fields after the parenthesised command name: state, ppid, pgrp, ...
             fields = entry.read_text().rpartition(")")[2].split()
         except OSError:
             continue
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            members.append(int(entry.parent.name))
-    return members
+        if len(fields) > 2:
+            found.append((int(entry.parent.name), int(fields[1]), int(fields[2])))
+    return found
+
+
+def _group_members(pgid: int) -> list[int]:
+    """PIDs whose process group is `pgid`."""
+    return [pid for pid, _parent, group in processes() if group == pgid]
 
 
 def log_tail(path: Path, lines: int = 40) -> str:

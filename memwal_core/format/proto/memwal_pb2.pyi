@@ -144,12 +144,33 @@ class ShardingField(_message.Message):
     def __init__(self, field_id: _Optional[str] = ..., source_ids: _Optional[_Iterable[int]] = ..., transform: _Optional[str] = ..., expression: _Optional[str] = ..., result_type: _Optional[str] = ..., parameters: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Manifest(_message.Message):
-    __slots__ = ("version", "index_section")
+    __slots__ = ("fields", "version", "index_section")
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     INDEX_SECTION_FIELD_NUMBER: _ClassVar[int]
+    fields: _containers.RepeatedCompositeFieldContainer[Field]
     version: int
     index_section: int
-    def __init__(self, version: _Optional[int] = ..., index_section: _Optional[int] = ...) -> None: ...
+    def __init__(self, fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., version: _Optional[int] = ..., index_section: _Optional[int] = ...) -> None: ...
+
+class Field(_message.Message):
+    __slots__ = ("name", "id", "parent_id", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    id: int
+    parent_id: int
+    metadata: _containers.ScalarMap[str, bytes]
+    def __init__(self, name: _Optional[str] = ..., id: _Optional[int] = ..., parent_id: _Optional[int] = ..., metadata: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
 
 class IndexSection(_message.Message):
     __slots__ = ("indices",)

@@ -14,6 +14,12 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from memwal_core.arguments import Count, Range, Seconds, check_fields
+from memwal_core.services.defaults import (
+    DEFAULT_FENCE_RETENTION_SECONDS,
+    DEFAULT_GRACE_SECONDS,
+    MAX_GRACE_SECONDS,
+    MIN_FENCE_RETENTION_SECONDS,
+)
 
 # Why a generation is kept (the `reason` of `memwal gc --json`).
 NOT_MERGED = "not_merged"
@@ -22,14 +28,6 @@ RETAINED_VERSION = "retained_version"
 GRACE_PERIOD = "grace_period"
 # An unlisted directory of a generation the writer has not committed yet: a flush may be in flight.
 FLUSH_IN_PROGRESS = "flush_in_progress"
-DEFAULT_GRACE_SECONDS = 3600.0
-# How long WAL entries and region manifest versions are kept: far beyond any pause a live process
-# survives (Delta's VACUUM keeps a week too). Never the grace period, which only has to outlast a reader.
-DEFAULT_FENCE_RETENTION_SECONDS = 7 * 86400.0
-# A fence retention under a day would expose a writer paused for an ordinary outage.
-MIN_FENCE_RETENTION_SECONDS = 86400.0
-# A grace period longer than ten years is a typo, not a policy.
-MAX_GRACE_SECONDS = 10 * 365 * 86400.0
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,12 @@ from typing import Any, ClassVar
 
 from memwal_core.arguments import checked
 from memwal_core.errors import MemwalError
+from memwal_core.model.outcomes import GC
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.execute import RegionGcOutcome, execute_region
 from memwal_core.services.gc.plan import GcPlan, GenerationDir, RegionGcPlan, plan_gc
 from memwal_core.services.gc.rules import GcPolicy
+from memwal_core.services.outcome import recorded
 from memwal_core.services.result import NOT_IN_JSON, Failure, ServiceResult
 
 log = logging.getLogger(__name__)
@@ -91,6 +93,7 @@ class GcResult(ServiceResult):
 
 
 @checked
+@recorded(GC, lambda result: [p.region for p in result.plan.regions])
 def gc(
     table: MemWalTable,
     *,

@@ -35,6 +35,7 @@ from memwal_core.model.details_lease import details_lease
 from memwal_core.model.evolution import TableFields
 from memwal_core.model.lease import Lease
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.defaults import AUTO
 from memwal_core.services.engine import Engine
 from memwal_core.services.merge.collapse import (
     BatchCollapse,
@@ -44,7 +45,6 @@ from memwal_core.services.merge.collapse import (
     shared_key_error,
 )
 from memwal_core.services.merge.commit import (
-    AUTO,
     CommitPlan,
     base_rows_matching,
     choose_commit,

@@ -273,9 +273,13 @@ def collapse_units(
         except MemwalError as exc:
             return exc
 
-    # A unit mostly waits: opening a generation is three requests one after another, so units may
-    # run as many at once as requests may be in flight (an engine's own threads are sized for CPU).
-    waiting = StorageOptions(storage_options).max_concurrent_requests()
+    # On an object store a unit mostly waits: opening a generation is three requests one after
+    # another, so units may run as many at once as requests may be in flight. On local disk nothing
+    # waits and a unit is CPU: more units than the engine's threads (sized for CPU) only fight over
+    # the cores and malloc's two arenas (a 64-region round on local disk took 1.5-2.4x one commit of
+    # its rows with 64 at once).
+    remote = bool(units) and "://" in units[0].plan.generations[0].uri
+    waiting = StorageOptions(storage_options).max_concurrent_requests() if remote else None
     return engine.run(one, units, what=what, waiting=waiting)
 
 

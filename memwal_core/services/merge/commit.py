@@ -36,6 +36,7 @@ import pyarrow as pa
 from memwal_core.errors import BadInputError, DeleteConflictError, StaleMergeError, first_line
 from memwal_core.lance_errors import is_commit_conflict, is_stale_merge
 from memwal_core.model.lance_filter import literal, one_of, quoted
+from memwal_core.services.defaults import AUTO, COMMIT_FORMS, SINGLE, TWO_STEP
 
 if TYPE_CHECKING:
     import lance
@@ -102,10 +103,6 @@ def base_rows_matching(
         found.join(labelled, keys=list(primary_key), join_type="inner").column(region).to_pylist()
     )
     return {r: matched[r] for r in keys_by_region}
-
-
-AUTO, SINGLE, TWO_STEP = "auto", "single", "two-step"
-COMMIT_FORMS = (AUTO, SINGLE, TWO_STEP)
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,8 @@ class MergeResult(ServiceResult):
     engine_reason: str = "named"
     batches: list[BatchResult] = field(default_factory=list)
     busy_regions: list[str] = field(default_factory=list)
+    # Regions left for the next round because the round ran out of its time (`max_seconds`).
+    deferred_regions: list[str] = field(default_factory=list)
     plan: MergePlan | None = field(default=None, repr=False, metadata=NOT_IN_JSON)
     planned_batches: list[dict[str, Any]] = field(default_factory=list, metadata=NOT_IN_JSON)
     max_batch_rows: int = 0

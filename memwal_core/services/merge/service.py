@@ -17,14 +17,17 @@ from typing import Any
 
 from memwal_core.arguments import Count, Seconds, checked
 from memwal_core.model.details_lease import check_details_lease
+from memwal_core.model.outcomes import MERGE
 from memwal_core.model.table import MemWalTable
 from memwal_core.process_memory import release_freed
+from memwal_core.services.defaults import AUTO
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.batch import MergeBudget, next_batch
 from memwal_core.services.merge.batch_merge import DEFAULT_LEASE_TTL, BatchMerge
-from memwal_core.services.merge.commit import AUTO, check_commit_form
+from memwal_core.services.merge.commit import check_commit_form
 from memwal_core.services.merge.plan import MergePlan, RegionMergePlan, plan_merge
 from memwal_core.services.merge.result import BatchResult, MergeResult, RegionMergeResult
+from memwal_core.services.outcome import recorded
 from memwal_core.storage.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -52,6 +55,7 @@ def preview_batches(plan: MergePlan, budget: MergeBudget) -> list[dict[str, Any]
 
 
 @checked
+@recorded(MERGE, lambda result: [r.region for r in result.regions])
 def merge(
     table: MemWalTable,
     *,
@@ -65,6 +69,7 @@ def merge(
     lease_wait: Seconds = 0.0,
     commit_form: str = AUTO,
     progress: Progress | None = None,
+    max_seconds: Seconds | None = None,
 ) -> MergeResult:
     """Merge pending generations of every region (or the named ones) in one round of batches.
 
@@ -72,7 +77,10 @@ def merge(
     caps what one batch collapses (default: a share of the machine's memory);
     `commit_form` forces how batches commit (see `commit.py`; default: chosen per commit);
     `engine` runs the collapse (default: `LocalEngine()`, threads of this process); it chooses by the
-    round's backlog (`Engine.for_round`), so `SparkWhereItPays` keeps a small round in this process.
+    round's backlog (`Engine.for_round`), so `SparkWhereItPays` keeps a small round in this process;
+    `max_seconds` ends the round after the batch that outlasts it (the regions not
+    reached are `deferred_regions`, left for the next round), so an orchestrator can
+    bound how long a healthy round runs.
 
     Example:
         >>> with MemWalTable.open("demo/table") as table:  # doctest: +SKIP
@@ -93,6 +101,7 @@ def merge(
     batches: list[BatchResult] = []
     failures = list(plan.failures)
     busy: list[str] = []
+    deferred: list[str] = []
     if not dry_run:
         if plan.regions:
             check_details_lease(table.store, ttl=lease_ttl)
@@ -108,6 +117,19 @@ def merge(
         total = len(plan.regions)
         pending: list[RegionMergePlan] = list(plan.regions)
         for index in itertools.count(1):
+            if (
+                pending
+                and max_seconds is not None
+                and index > 1
+                and time.perf_counter() - started > max_seconds
+            ):
+                deferred = sorted({p.region for p in pending})
+                log.info(
+                    "%d region(s) left for the next round: the round's %g s are spent",
+                    len(deferred),
+                    max_seconds,
+                )
+                break
             if not pending:
                 break
             batch, pending = next_batch(pending, budget)
@@ -138,6 +160,7 @@ def merge(
         regions=merged,
         batches=batches,
         busy_regions=busy,
+        deferred_regions=deferred,
         seconds_plan=planned - started,
         plan=plan,
         planned_batches=preview_batches(plan, budget) if dry_run else [],

@@ -11,9 +11,8 @@ from memwal_core.format.region_snapshot import RegionSnapshotRow, decode_field_v
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.table import MemWalTable
 from memwal_core.model.wal import last_wal_position
+from memwal_core.services.defaults import DEFAULT_INLINE_THRESHOLD
 from memwal_core.services.snapshot.stored import read_hinted
-
-DEFAULT_INLINE_THRESHOLD = 100
 
 
 @dataclass(frozen=True)

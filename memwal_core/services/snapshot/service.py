@@ -24,9 +24,12 @@ from memwal_core.format.naming import region_snapshot_path
 from memwal_core.format.region_snapshot import encode, region_field_types, to_arrow
 from memwal_core.model.details_commit import ProgressRepair, commit_details
 from memwal_core.model.details_lease import DEFAULT_DETAILS_LEASE_TTL, details_lease
+from memwal_core.model.outcomes import SNAPSHOT
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.defaults import DEFAULT_INLINE_THRESHOLD
+from memwal_core.services.outcome import recorded
 from memwal_core.services.result import ServiceResult
-from memwal_core.services.snapshot.plan import DEFAULT_INLINE_THRESHOLD, SnapshotPlan, plan_snapshot
+from memwal_core.services.snapshot.plan import SnapshotPlan, plan_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +91,7 @@ def _refresh_hints(table: MemWalTable, plan: SnapshotPlan) -> tuple[SnapshotPlan
 
 
 @checked
+@recorded(SNAPSHOT)
 def build_snapshot(
     table: MemWalTable,
     *,

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from memwal_core.errors import MemwalError, MemWalNotEnabledError, NotFoundError
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.naming import region_snapshot_path
-from memwal_core.format.region_snapshot import RegionSnapshotRow, decode, from_arrow
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.table import MemWalTable
+
+if TYPE_CHECKING:
+    from memwal_core.format.region_snapshot import RegionSnapshotRow
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,9 @@ def read_stored_snapshot(
     table: MemWalTable, details: IndexDetails, *, walk_limit: int | None = None
 ) -> StoredSnapshot:
     """The snapshot recorded in `details`; NotFoundError if that version has none (or its file is gone)."""
+    # A Lance file, read with Arrow and Lance: loaded only where a snapshot is stored.
+    from memwal_core.format.region_snapshot import decode, from_arrow
+
     if details.has_inline_snapshot:
         data = details.to_proto().inline_snapshots
         where = f"inline in {table.uri} version {details.table_version}"

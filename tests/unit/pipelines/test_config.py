@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from memwal_core.errors import BadInputError
-from memwal_core.services.gc.rules import DEFAULT_GRACE_SECONDS
+from memwal_core.services.defaults import DEFAULT_GRACE_SECONDS
 from memwal_pipelines.config import TableConfig, load_tables
 
 
@@ -128,8 +128,8 @@ def test_defaults_and_every_key_of_the_docstring_example(tmp_path: Path) -> None
             "table x: max_backlog_generations must be at least 0",
         ),
         (
-            "{name: x, uri: /t, max_pending_age_seconds: -5}",
-            "table x: max_pending_age_seconds must be a finite number",
+            "{name: x, uri: /t, max_pending_age_seconds: 30}",
+            "table x: max_pending_age_seconds must be a finite number at least 60",
         ),
         ("{name: x, uri: /t, max_index_lag: -1}", "table x: max_index_lag must be at least 0"),
         (
@@ -192,3 +192,17 @@ def test_a_uri_with_credentials_is_refused_without_echoing_them(tmp_path: Path) 
 def test_a_file_uri_is_read_as_its_local_path(tmp_path: Path) -> None:
     (table,) = load_tables(listing(tmp_path, "tables:\n  - {name: x, uri: 'file:///data/my%20table/'}\n"))
     assert table.uri == "/data/my table"
+
+
+def test_a_merge_runs_bound_comes_from_its_budget_and_tags_its_job() -> None:
+    """The `dagster/max_runtime` that frees a dead merge run's slot, and the round's own end before it."""
+    from memwal_pipelines.jobs import MAX_RUNTIME_TAG, table_jobs
+    from memwal_pipelines.keys import TableKeys
+
+    budget = TableConfig(name="t", uri="/t", max_batch_bytes=400 << 20)
+    # The run's start (120 s), then three batches of 400 MiB at 4 MiB/s.
+    assert budget.merge_max_runtime() == 120 + 3 * 100
+    assert budget.merge_round_seconds() == 200, "one batch's time before the bound"
+    fixed = TableConfig(name="t", uri="/t", merge_max_runtime_seconds=60)
+    assert (fixed.merge_max_runtime(), fixed.merge_round_seconds()) == (60, 1.0)
+    assert table_jobs(TableKeys(budget)).merge.tags[MAX_RUNTIME_TAG] == "420"

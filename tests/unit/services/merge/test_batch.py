@@ -107,7 +107,8 @@ def test_a_budget_must_be_positive() -> None:
 
 def test_commit_form_and_index_use() -> None:
     from memwal_core.errors import BadInputError
-    from memwal_core.services.merge.commit import INDEX_SOURCE_RATIO, SINGLE, TWO_STEP, choose_commit
+    from memwal_core.services.defaults import SINGLE, TWO_STEP
+    from memwal_core.services.merge.commit import INDEX_SOURCE_RATIO, choose_commit
 
     base = 16_000_000
     small = base // INDEX_SOURCE_RATIO

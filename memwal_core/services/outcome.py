@@ -1,0 +1,63 @@
+"""Recording how a maintenance service ended, for monitoring (see `memwal_core.model.outcomes`).
+
+`recorded(service, succeeded)` wraps a service function: after a real run
+(never a dry run) it records success or the failures (per region where the
+service works per region, one line per distinct error), and after a run that
+raised, the error's first line. A run that failed because the storage itself
+is out of reach records nothing: the record could not be written either, and
+retrying would hold the caller for the storage's whole retry time.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from memwal_core.errors import MemwalError, first_line
+from memwal_core.model.outcomes import record_outcome, unrecordable
+from memwal_core.services.result import ServiceResult, grouped
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _nothing(_result: Any) -> Iterable[str]:
+    return ()
+
+
+def recorded(service: str, succeeded: Callable[[Any], Iterable[str]] = _nothing) -> Callable[[F], F]:
+    """Record the outcome of every real run of the decorated service; `succeeded`: regions it finished."""
+
+    def decorate(function: F) -> F:
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            table = bound.arguments["table"]
+            if bound.arguments.get("dry_run", False):
+                return function(*args, **kwargs)
+            try:
+                result: ServiceResult = function(*args, **kwargs)
+            except MemwalError as exc:
+                if not unrecordable(exc):
+                    record_outcome(table.store, service, at=time.time(), ok=False, error=first_line(exc))
+                raise
+            groups = grouped(result.failures)
+            record_outcome(
+                table.store,
+                service,
+                at=time.time(),
+                ok=not groups,
+                error=groups[0].message if groups else None,
+                failed={f.region: f.error for f in result.failures if f.region is not None},
+                succeeded=succeeded(result),
+            )
+            return result
+
+        return run  # type: ignore[return-value]
+
+    return decorate

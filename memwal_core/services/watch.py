@@ -1,0 +1,165 @@
+"""`TableWatch`: what monitoring reads of a table, at the Dagster sensor's cost.
+
+A watch reads a table again and again (`memwal metrics` on every scrape
+interval) and keeps what it read: a region whose manifest has no newer
+version and whose merge progress did not move costs one HEAD
+(`backlog_since`, the sensor tick's read), a changed one its manifest and,
+with a backlog, one LIST for the age of its oldest pending generation. Per
+read it adds the table's latest manifest, three outcome records
+(`model/outcomes.py`) and one HEAD proving the oldest stored version is still
+the oldest.
+
+Per region it reports the backlog (generations, rows when every pending
+generation records them, bytes, when the oldest was flushed), the merged and
+latest flushed generation, the WAL entries a new writer would replay
+(`wal_entry_position_last_seen - replay_after_wal_entry_position`, as the
+manifest last recorded them: Lance updates the position at every flush and
+claim), the bytes GC may release now and how many merges in a row failed on
+it. GC may release a listed generation that is merged, caught up by every
+maintained index, and merged at the oldest stored table version (time travel
+to any later version no longer reads it); that version stands for every
+retained one because merge progress only grows (`memwal snapshot` repairs a
+rollback). Bytes are the in-memory sizes the region manifest records.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from memwal_core.errors import MemWalNotEnabledError, NotFoundError
+from memwal_core.format.index_details import IndexDetails
+from memwal_core.format.naming import TABLE_VERSIONS_DIR, table_manifest_name, table_manifest_version
+from memwal_core.format.regions import RegionManifest
+from memwal_core.model.indexes import read_maintained
+from memwal_core.model.outcomes import MERGE, SERVICES, Outcome, read_outcome
+from memwal_core.model.table import MemWalTable
+from memwal_core.services.backlog import RegionBacklog, backlog_since
+from memwal_core.services.gc.rules import region_bounds
+
+
+@dataclass(frozen=True)
+class RegionWatch:
+    """One region as monitoring sees it."""
+
+    region: str
+    backlog: RegionBacklog
+    pending_rows: int | None
+    wal_entries_held: int
+    gc_eligible_bytes: int
+    merge_failures: int
+
+
+@dataclass(frozen=True)
+class TableReading:
+    """One read of a table: its regions, the last outcome of each service, and what the read cost."""
+
+    table: str
+    table_version: int
+    read_at: float
+    seconds: float
+    requests: int
+    regions: list[RegionWatch]
+    outcomes: dict[str, Outcome]
+
+
+class TableWatch:
+    """Reads one table repeatedly, each time only what changed since the last read."""
+
+    def __init__(self, table: MemWalTable) -> None:
+        self.table = table
+        self._seen: dict[str, tuple[int, RegionBacklog]] = {}
+        self._manifests: dict[str, RegionManifest | None] = {}
+        # The oldest stored table version and the merge progress of the oldest one with MemWAL.
+        self._oldest: tuple[int, dict[str, int]] | None = None
+
+    def read(self) -> TableReading:
+        table = self.table
+        table.store.stats.reset()
+        started = time.perf_counter()
+        dataset = table.dataset()
+        found = backlog_since(table, self._seen, dataset=dataset)
+        self._manifests = {
+            r.region: found.manifests.get(r.region, self._manifests.get(r.region))
+            for r in found.backlog.regions
+        }
+        self._seen = {r.region: (found.manifest_versions[r.region], r) for r in found.backlog.regions}
+        outcomes = {s: o for s in SERVICES if (o := read_outcome(table.store, s)) is not None}
+        merge_failing = outcomes[MERGE].failing if MERGE in outcomes else {}
+        maintained = list(read_maintained(table, found.details, dataset).names)
+        retained = self._retained_progress()
+        regions = []
+        for backlog in found.backlog.regions:
+            manifest = self._manifests.get(backlog.region)
+            bounds = region_bounds(
+                backlog.region,
+                backlog.merged_generation,
+                found.details.index_catchup,
+                maintained,
+                [retained],
+            )
+            failing = merge_failing.get(backlog.region)
+            regions.append(
+                RegionWatch(
+                    region=backlog.region,
+                    backlog=backlog,
+                    pending_rows=_pending_rows(manifest, backlog.merged_generation),
+                    wal_entries_held=_wal_entries_held(manifest),
+                    gc_eligible_bytes=sum(
+                        g.in_memory_bytes or 0
+                        for g in (manifest.generations if manifest else ())
+                        if bounds.keep_reason(g.generation) is None
+                    ),
+                    merge_failures=failing.runs if failing else 0,
+                )
+            )
+        return TableReading(
+            table=table.uri,
+            table_version=found.backlog.table_version,
+            read_at=found.backlog.read_at,
+            seconds=time.perf_counter() - started,
+            requests=table.store.stats.total(),
+            regions=regions,
+            outcomes=outcomes,
+        )
+
+    def _retained_progress(self) -> dict[str, int]:
+        """Merge progress at the oldest stored version: one HEAD while that version stays, else a LIST."""
+        store = self.table.store
+        if self._oldest is not None and store.exists(_manifest_path(self._oldest[0])):
+            return self._oldest[1]
+        names = (info.path.rsplit("/", 1)[-1] for info in store.list_files(TABLE_VERSIONS_DIR))
+        versions = sorted(v for v in map(table_manifest_version, names) if v is not None)
+        progress: dict[str, int] = {}
+        for version in versions:
+            details = _details(self.table, version)
+            if details is not None:
+                progress = details.merged
+                break
+        self._oldest = (versions[0], progress) if versions else None
+        return progress
+
+
+def _manifest_path(version: int) -> str:
+    return f"{TABLE_VERSIONS_DIR}/{table_manifest_name(version)}"
+
+
+def _details(table: MemWalTable, version: int) -> IndexDetails | None:
+    """The details at `version`; None before MemWAL was enabled, or once Lance's cleanup removed it."""
+    try:
+        return table.index_details(version)
+    except (MemWalNotEnabledError, NotFoundError):
+        return None
+
+
+def _pending_rows(manifest: RegionManifest | None, merged: int) -> int | None:
+    pending = [g for g in (manifest.generations if manifest else ()) if g.generation > merged]
+    rows: list[Any] = [g.physical_rows for g in pending]
+    return None if None in rows else sum(rows)
+
+
+def _wal_entries_held(manifest: RegionManifest | None) -> int:
+    if manifest is None:
+        return 0
+    return max(0, manifest.wal_entry_position_last_seen - manifest.replay_after_wal_entry_position)

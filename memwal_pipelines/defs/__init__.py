@@ -1,0 +1,1 @@
+"""The project's defs folder: one `MemWalTableComponent` per table (`dg scaffold defs ...`)."""
