@@ -43,6 +43,7 @@ AFTER_MERGES = ("catchup", "snapshot", "compaction", "retention", "gc", "checks"
 # Materialization figures a run's line shows, when its assets report them.
 SHOWN = (
     "engine",
+    "engine_reason",
     "generations_merged",
     "rows_upserted",
     "rows_deleted",
@@ -144,6 +145,10 @@ def _figures(result: Any) -> str:
             if key in event.materialization.metadata:
                 value = event.materialization.metadata[key].value
                 totals[key] = value if isinstance(value, str) else totals.get(key, 0) + value
+    # `engine=local (1,766 rows < spark_min_rows 500,000)`: where the data work ran, and why there.
+    reason = totals.pop("engine_reason", "named")
+    if "engine" in totals and reason != "named":
+        totals["engine"] = f"{totals['engine']} ({reason})"
     shown = [f"regions={len(partitions)}"] if partitions else []
     shown += [f"{key}={value}" for key, value in totals.items()]
     shown += [
@@ -181,8 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         home = _instance_home()
         if args.command == "spark":
             return _serve_spark(home)
-        with warm_spark(home):
-            lines = run_once(*demo_definitions(Path(args.table)), verbose=args.verbose)
+        # No Spark is started: the demo's rounds are far below the Spark threshold, so they run in
+        # process (a round over it would start a local session on first use).
+        lines = run_once(*demo_definitions(Path(args.table)), verbose=args.verbose)
         for line in lines:
             print(line)
         with MemWalTable.open(args.table) as table:

@@ -91,8 +91,8 @@ def service_metadata(result: ServiceResult, **extra: Any) -> dict[str, Any]:
     """
     payload: Mapping[str, Any] = result.to_json()
     numbers = {k: v for k, v in payload.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-    # Where the data work ran (merge, compaction, ingestion), shown beside the figures.
-    engine = {"engine": payload["engine"]} if isinstance(payload.get("engine"), str) else {}
+    # Where the data work ran (merge, compaction, ingestion) and why there, shown beside the figures.
+    engine = {k: payload[k] for k in ("engine", "engine_reason") if isinstance(payload.get(k), str)}
     shown = {k: v[:METADATA_LIST_LIMIT] if isinstance(v, list) else v for k, v in payload.items()}
     return {**numbers, **engine, **extra, "result": MetadataValue.json(shown)}
 
@@ -231,6 +231,7 @@ def region_figures(result: MergeResult) -> dict[str, dict[str, Any]]:
         before = figures.get(r.region, {})
         figures[r.region] = {
             "engine": result.engine,
+            "engine_reason": result.engine_reason,
             "first_generation": before.get("first_generation", r.merged_generations[0]),
             "merged_generation": r.merged_generations[-1],
             "generations_merged": before.get("generations_merged", 0) + len(r.merged_generations),

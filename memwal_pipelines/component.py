@@ -57,6 +57,10 @@ attributes:
   storage_options_env: {storage_options_env}
   # spark (on the pipeline's warm Spark Connect server) or local (threads of the run's process).
   merge_engine: {merge_engine}
+  # With merge_engine spark, a merge round or compaction below both of these runs in the run's own
+  # process: Spark's fixed costs would outweigh it.
+  spark_min_rows: {spark_min_rows}
+  spark_min_bytes: {spark_min_bytes}
   # The budget of one merge commit; unset, a sixteenth of the machine's memory.
   max_batch_bytes: {max_batch_bytes}
   # Behind when a generation waits longer than this: the asset check, the FreshnessPolicy and the alerts.
@@ -89,6 +93,8 @@ class MemWalTableScaffolder(Scaffolder[TableScaffoldParams]):
             uri=params.uri or defaults.uri,
             storage_options_env=params.storage_options_env or f"{name.upper()}_STORAGE_OPTIONS",
             merge_engine=params.merge_engine,
+            spark_min_rows=defaults.spark_min_rows,
+            spark_min_bytes=defaults.spark_min_bytes,
             max_batch_bytes=BUDGET_BYTES,
             max_pending_age_seconds=defaults.max_pending_age_seconds,
             sensor_interval_seconds=defaults.sensor_interval_seconds,

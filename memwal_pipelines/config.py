@@ -68,6 +68,8 @@ from memwal_core.services.defaults import (
     DEFAULT_FENCE_RETENTION_SECONDS,
     DEFAULT_GRACE_SECONDS,
     DEFAULT_MAX_PENDING_AGE_SECONDS,
+    DEFAULT_SPARK_MIN_BYTES,
+    DEFAULT_SPARK_MIN_ROWS,
     DEFAULT_TARGET_ROWS,
     MAX_GRACE_SECONDS,
     MIN_FENCE_RETENTION_SECONDS,
@@ -136,6 +138,10 @@ class TableConfig:
     # The environment variable holding the Spark Connect URL, when it carries a token (`;token=...`):
     # the URL itself would show in every Dagster view.
     spark_remote_env: str | None = None
+    # A merge round or compaction smaller than both runs in the run's own process even with
+    # merge_engine spark: Spark's fixed costs would outweigh it (docs/spark.md, "Spark where it pays").
+    spark_min_rows: Threshold = DEFAULT_SPARK_MIN_ROWS
+    spark_min_bytes: Threshold = DEFAULT_SPARK_MIN_BYTES
     max_generations_per_merge: Count | None = None
     # What one merge commit may collapse (None: a share of the machine's memory, see docs/merge.md).
     max_batch_rows: Count | None = None

@@ -37,7 +37,7 @@ from dagster_pyspark import LazyPySparkResource
 
 from memwal_core.errors import BadInputError
 from memwal_core.model.table import MemWalTable
-from memwal_core.services.engine import Engine, SparkEngine, engine_named
+from memwal_core.services.engine import Engine, SparkEngine, SparkThreshold, SparkWhereItPays, engine_named
 from memwal_core.storage.options import StorageOptions
 from memwal_pipelines.config import TableConfig
 from memwal_pipelines.warm_spark import live_warm_remote
@@ -152,10 +152,12 @@ class PipelineSparkResource(LazyPySparkResource):
             self._spark_session = spark_session(config.get("spark.master"), config, remote=remote)
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
-        """End the run's Connect session, freeing its state on the server; a classic one is the process's."""
-        remote = {"spark.remote", REMOTE_FROM_ENV} & set(self.spark_config)
-        if self._spark_session is not None and remote:
-            self._spark_session.stop()
+        """Leave the run's Connect session (a shared one stays up for the next run, warm); a classic one is
+        the process's."""
+        from memwal_core.spark_session import end_session
+
+        if self._spark_session is not None:
+            end_session(self._spark_session)
             self._spark_session = None
 
 
@@ -181,9 +183,13 @@ class MemWalResource(ConfigurableResource):  # type: ignore[type-arg]
         return session
 
     def engine(self, table: TableConfig, kind: str) -> Engine:
-        """Where a run of `table` does its data work: `kind` "spark" on the run's session, else local."""
+        """Where a run of `table` does its data work: `kind` "spark" on the run's session for the rounds
+        over the table's Spark threshold (the session opens only when one is), else local."""
         if kind == "spark":
-            return SparkEngine(self.spark_session(table))
+            return SparkWhereItPays(
+                SparkEngine(open_session=lambda: self.spark_session(table)),
+                SparkThreshold(min_rows=table.spark_min_rows, min_bytes=table.spark_min_bytes),
+            )
         return engine_named(kind)
 
 

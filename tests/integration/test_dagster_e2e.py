@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from playwright.sync_api import Page
 
 TABLES = ("alpha", "beta")
+SPARK_MIN = {"alpha": ", spark_min_rows: 0"}
 # The table the UI test watches: its sensor starts switched off.
 UI_TABLE = TableConfig(name="gamma", uri="gamma", sensor_interval_seconds=2, status_interval_seconds=1)
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
@@ -56,7 +57,8 @@ class E2E:
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory, connect_server: Any) -> Iterator[E2E]:
-    """The daemon merges on the pipeline's default engine, Spark, through the warm Connect server."""
+    """The daemon merges on the pipeline's default engine, Spark, through the warm Connect server: alpha's
+    rounds on Spark (no threshold), beta's in the run's process (its rounds are under the default one)."""
     root = tmp_path_factory.mktemp("dagster-e2e")
     tables = {name: keyed_backlog_table(root / name)[0] for name in TABLES}
     ui_table, ui_regions = keyed_backlog_table(root / UI_TABLE.name)
@@ -64,7 +66,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, connect_server: Any) ->
     listing.write_text(
         "tables:\n"
         + "".join(
-            f"  - {{name: {n}, uri: '{t.uri}', sensor_interval_seconds: 2}}\n" for n, t in tables.items()
+            f"  - {{name: {n}, uri: '{t.uri}', sensor_interval_seconds: 2{SPARK_MIN.get(n, '')}}}\n"
+            for n, t in tables.items()
         )
         + f"  - {{name: {UI_TABLE.name}, uri: '{ui_table.uri}', sensor_interval_seconds: "
         f"{UI_TABLE.sensor_interval_seconds}, status_interval_seconds: {UI_TABLE.status_interval_seconds}, "
@@ -132,6 +135,14 @@ def test_daemon_merges_each_table_in_rounds_one_run_at_a_time(deployment: E2E) -
     }
     assert late in materialized["alpha"], "the flush written while the daemon ran was merged by a later round"
     assert sum(len(p) for p in materialized.values()) == 5, "two regions per table, plus the late one"
+    for name, engine in (("alpha", "spark"), ("beta", "local")):
+        events = instance.fetch_materializations(AssetKey([name, "base_table"]), limit=10).records
+        assert {
+            e.asset_materialization.metadata["engine"].value for e in events if e.asset_materialization
+        } == {engine}
+    reasons = instance.fetch_materializations(AssetKey(["beta", "base_table"]), limit=1).records
+    assert reasons[0].asset_materialization is not None
+    assert "< spark_min_rows 500,000" in str(reasons[0].asset_materialization.metadata["engine_reason"].value)
     rounds = sum(len(spans) for spans in by_table.values())
     print(f"merge runs: {rounds} for 5 regions in 2 tables")
 

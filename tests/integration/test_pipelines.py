@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,6 @@ from dagster import (
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.test_utils import create_run_for_test
 
-from memwal_core.connect_server import ConnectServer
 from memwal_core.errors import BadInputError
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.retain import retain
@@ -297,7 +297,8 @@ def test_jobs_merge_catch_up_snapshot_and_check_a_real_table(
     table, regions = keyed_backlog_table(tmp_path / "t")
     table.dataset().create_scalar_index("id", "BTREE")
     kind = "local" if engine == "local" else "spark"
-    keys = TableKeys(TableConfig(name="t", uri=table.uri, merge_engine=kind))
+    # No threshold: these rounds are small, and the default one would keep them in this process.
+    keys = TableKeys(TableConfig(name="t", uri=table.uri, merge_engine=kind, spark_min_rows=0))
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(keys.regions_name, regions)
 
@@ -330,6 +331,25 @@ def test_jobs_merge_catch_up_snapshot_and_check_a_real_table(
     assert compacted["engine"] == kind
     table.assert_merged()
     assert verdicts(run_job(keys, instance, "checks"))["index_lag"] is True
+
+
+def test_a_spark_table_merges_a_small_round_in_the_run_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the table's Spark threshold no session is opened: the pipeline's Spark here is a Connect
+    server nobody runs, which a session would fail on."""
+    monkeypatch.setenv("MEMWAL_SPARK_REMOTE", "sc://127.0.0.1:9")
+    table, regions = keyed_backlog_table(tmp_path / "t", regions=1)
+    keys = TableKeys(TableConfig(name="t", uri=table.uri, merge_engine="spark", spark_min_bytes=1 << 30))
+    instance = DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(keys.regions_name, regions)
+    metadata = (
+        run_job(keys, instance, "merge", regions[0]).get_asset_materialization_events()[0].materialization
+    )
+    assert metadata.metadata["engine"].value == "local"
+    reason = str(metadata.metadata["engine_reason"].value)
+    assert re.fullmatch(r"\d+ rows < spark_min_rows 500,000 and 0\.0 MiB < spark_min_bytes 1,024 MiB", reason)
+    table.assert_merged()
 
 
 def test_checks_fail_on_a_backlog_and_a_missing_generation(tmp_path: Path) -> None:
@@ -480,12 +500,12 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     assert all(r.is_success for r in runs)
     gc_line = next(line for line in proc.stdout.splitlines() if line.startswith("gc "))
     assert "lsm_consistency=passed" in gc_line and "generations_deleted=" in gc_line
-    # Merge and compaction ran on Spark: the Connect server the demo started, and stopped when it ended.
+    # Merge and compaction are far below the Spark threshold: they ran in the run's process, the line
+    # says why, and no Spark server was started for them.
     for job in ("merge ", "compaction "):
-        assert "engine=spark" in next(line for line in proc.stdout.splitlines() if line.startswith(job))
-    warm = warm_home(home)
-    assert (warm / "logs").is_dir() and ConnectServer.find(warm) is None
-    assert not list(warm.glob("*.pid")), "the demo's Spark Connect server was not stopped"
+        line = next(line for line in proc.stdout.splitlines() if line.startswith(job))
+        assert re.search(r" engine=local \([\d,]+ rows < spark_min_rows 500,000 and [\d.]+ MiB < spark_min_bytes", line)
+    assert not warm_home(home).exists(), "the demo started a Spark server no run needed"
     # The closing hint is a `dg dev` command for where the demo ran: it serves the location there,
     # and the demo group's lineage shows every asset the runs materialized (the README's picture).
     hint = proc.stderr.splitlines()[-2].split()
