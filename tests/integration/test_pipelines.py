@@ -504,7 +504,9 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     # says why, and no Spark server was started for them.
     for job in ("merge ", "compaction "):
         line = next(line for line in proc.stdout.splitlines() if line.startswith(job))
-        assert re.search(r" engine=local \([\d,]+ rows < spark_min_rows 500,000 and [\d.]+ MiB < spark_min_bytes", line)
+        assert re.search(
+            r" engine=local \([\d,]+ rows < spark_min_rows 500,000 and [\d.]+ MiB < spark_min_bytes", line
+        )
     assert not warm_home(home).exists(), "the demo started a Spark server no run needed"
     # The closing hint is a `dg dev` command for where the demo ran: it serves the location there,
     # and the demo group's lineage shows every asset the runs materialized (the README's picture).
