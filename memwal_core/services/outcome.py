@@ -5,7 +5,10 @@
 service works per region, one line per distinct error), and after a run that
 raised, the error's first line. A run that failed because the storage itself
 is out of reach records nothing: the record could not be written either, and
-retrying would hold the caller for the storage's whole retry time.
+retrying would hold the caller for the storage's whole retry time. Nor does
+one refused for bad input (arguments, a table without MemWAL, a corrupt
+manifest): such a command writes nothing at all, and the exporter reports a
+table it cannot read by itself (`memwal_table_up 0`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from memwal_core.errors import MemwalError, first_line
+from memwal_core.errors import BadInputError, MemwalError, first_line
 from memwal_core.model.outcomes import record_outcome, unrecordable
 from memwal_core.services.result import ServiceResult, grouped
 
@@ -43,7 +46,7 @@ def recorded(service: str, succeeded: Callable[[Any], Iterable[str]] = _nothing)
             try:
                 result: ServiceResult = function(*args, **kwargs)
             except MemwalError as exc:
-                if not unrecordable(exc):
+                if not unrecordable(exc) and not isinstance(exc, BadInputError):
                     record_outcome(table.store, service, at=time.time(), ok=False, error=first_line(exc))
                 raise
             groups = grouped(result.failures)
