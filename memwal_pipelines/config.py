@@ -25,6 +25,8 @@ tables:
     merge_engine: spark          # spark (default) or local
     spark_remote_env: EVENTS_SPARK_REMOTE  # the variable holding the Connect URL, token and all; or
     # spark_remote sc://10.0.0.5:15002 (no token), or spark_master spark://10.0.0.5:7077 (default: the pipeline's)
+    spark_min_rows: 500000       # a merge round or compaction under both runs in the run's process
+    spark_min_bytes: 268435456   # (0 rows: every round on Spark)
     max_batch_rows: 1000000      # per merge commit (default: from the machine's memory)
     max_batch_bytes: 2147483648
     merge_max_runtime_seconds: 1800  # a merge run lasting longer is failed as dead (default: from the budget)

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pytest
 
 from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR
+from memwal_core.model.claim import MAX_UNCHECKED_SECONDS
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.gc.service import gc
@@ -194,6 +195,8 @@ def test_memwal_writer_refuses_even_when_the_fence_was_deleted(tmp_path: Path) -
         for path in wal.iterdir():  # every covered entry but the newest, sentinels included
             if int(path.name[:64][::-1], 2) < covered.replay_after_wal_entry_position:
                 path.unlink()
+        # A stall GC could collect under is far longer than the window a check covers (a second).
+        time.sleep(MAX_UNCHECKED_SECONDS)
         acked, failed, _closing = writer_a.wake()
     finally:
         writer_a.kill()
