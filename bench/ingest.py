@@ -15,18 +15,24 @@ regions, through MemWalWriter, and through the native writer into 1 region.
 Prints rows/s and the ratios; the aims are (a)/(n) >= 0.9, routing < 5%,
 (w)/(a) >= 1.5 on local disk and 16 regions / 1 region >= 4 on S3.
 
+The claim check (a durable write is acknowledged only once no later claim of
+its region exists, `model/claim.py`): (b)'s durable puts on local disk and the
+16-region S3 puts again, with the check and with it switched off in this
+process, runs interleaved; the ratio of their rows/s (aim >= 0.9).
+
 Usage: python bench/ingest.py [--rows 1000000] [--put-rows 10000] [--repeats 3] [--skip-spark] [--skip-s3]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +44,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from memwal_core.demo import DEMO_SCHEMA
+from memwal_core.model.claim import Claim
 from memwal_core.model.region_directory import RegionDirectory
 from memwal_core.model.routing import partition_by_code, region_spec_of
 from memwal_core.model.table import MemWalTable
@@ -119,6 +126,35 @@ def ours(
     return write
 
 
+@contextlib.contextmanager
+def claim_checks(enabled: bool) -> Iterator[None]:
+    """MemWalWriter with its claim check, or (only here, to measure it) without."""
+    due = Claim.due
+    if not enabled:
+        Claim.due = lambda self: False  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Claim.due = due  # type: ignore[method-assign]
+
+
+def claim_check_ratio(label: str, rows: int, make: Callable[[], str], write: Callable[[str], object]) -> None:
+    """Rows/s with the claim check against without, REPEATS interleaved runs of each."""
+    runs: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(REPEATS):
+        for enabled in (False, True):
+            uri = make()
+            with claim_checks(enabled):
+                started = time.perf_counter()
+                write(uri)
+                runs[enabled].append(time.perf_counter() - started)
+    with_check, without = (statistics.median(runs[e]) for e in (True, False))
+    print(
+        f"  {label:<52} {rows / with_check:>10,.0f} rows/s checked, {rows / without:>10,.0f} unchecked: "
+        f"{without / with_check:.2f} (aim >= 0.9)"
+    )
+
+
 def routing_seconds(uri: str, parts: list[pa.Table]) -> float:
     """What MemWalWriter adds per put before Lance sees the rows: region values, grouping, region lookup."""
     table = MemWalTable.open(uri)
@@ -168,6 +204,10 @@ def s3_rows(parts: list[pa.Table], args: argparse.Namespace) -> None:
         print(f"  MemWalWriter 1 region / native 1 region: {rates[1] * native_seconds / rows:.2f}")
         print(f"  4 regions / 1 region: {rates[4] / rates[1]:.2f}")
         print(f"  16 regions / 1 region: {rates[16] / rates[1]:.2f}  (aim >= 4)")
+        print("claim check, durable (with / without)")
+        claim_check_ratio(
+            "MemWalWriter, 16 regions, S3", rows * 16, make(16), ours(per_region, True, 16, storage)
+        )
 
 
 def main() -> None:
@@ -216,6 +256,8 @@ def main() -> None:
         routing_uri = make(4)()
         routing = statistics.median(routing_seconds(routing_uri, parts) for _ in range(max(3, REPEATS)))
         print(f"  {'routing alone, 4 regions':<52} {routing:7.2f} s  {args.rows / routing:>10,.0f} rows/s")
+        print("claim check, durable (with / without)")
+        claim_check_ratio("(b) MemWalWriter, 4 regions, local disk", args.rows, make(4), ours(parts, True))
         print("ratios (rows/s)")
         for kind in ("durable", "non-durable"):
             n, a, b, w = (results[f"{c}-{kind}"] for c in "nabw")

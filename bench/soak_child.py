@@ -184,8 +184,10 @@ def run_writer(args: argparse.Namespace) -> None:
     keys = [k for k in plan.keys if k != victim and k not in stall_keys(plan.keys)]
     live = {k for k in keys if state.states[k].acked is not None}
     dead = set(keys) - live
-    # Sequence numbers from this process's own range: a stale process of this writer may log beside it.
-    seq = max(state.next_seq, args.seq_base)
+    # Sequence numbers from this process's own range (one per start), never from the log: a process
+    # stopped before its claim and woken later reads the log after its replacement began writing, and
+    # numbering from there gave both processes the same numbers (seed 1101).
+    seq = args.seq_base or state.next_seq
     rng = random.Random(args.seed * 1_000_003 + seq)
     log = OpLog(log_path)
     options = storage_options()

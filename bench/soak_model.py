@@ -4,13 +4,15 @@ Each writer owns a disjoint set of keys (one region's, or those that route
 to the regions it owns). Its processes log each operation when it begins and
 when it returns; one process does one operation at a time, and a new process
 (a restart after a kill, or the replacement of a stalled one) numbers its
-operations from its own multiple of `SEQ_STRIDE`. Operations that overlap in
-time (a stalled process's write in flight while its replacement writes) may
-take effect in either order; others in the order they ran. So a key may end
-as the value of any operation that no acknowledged operation on the key
-began after: of an acknowledged one, or of one that failed or never
-returned (it may or may not have landed; one cut short by a kill ends where
-the writer's next process began). With no acknowledged operation, the key
+operations from its own multiple of `SEQ_STRIDE`, given at its start, so no
+two processes share a number even when one logs after a later-started one
+(a process stopped before its claim and woken after its replacement wrote).
+Operations that overlap in time (a stalled process's write in flight while
+its replacement writes) may take effect in either order; others in the order
+they ran. So a key may end as the value of any operation that no acknowledged
+operation on the key began after: of an acknowledged one, or of one that
+failed or never returned (it may or may not have landed; one cut short by a
+kill ends where another process of the writer next began in the log). With no acknowledged operation, the key
 may also keep its base row. A key whose row is none of these has lost an
 acknowledged write (or shows one that was never made).
 
@@ -99,8 +101,8 @@ def parse_log(
             if op.outcome is None:
                 op.end, op.outcome = index, parts[0]
     for op in ops.values():
-        if op.end is None:  # cut short by a kill (it ends where a later process began), or still running
-            later = [o.start for o in ops.values() if o.process > op.process]
+        if op.end is None:  # cut short by a kill (it ends where another process next began), or still running
+            later = [o.start for o in ops.values() if o.process != op.process and o.start > op.start]
             op.end = min(later, default=float("inf"))
     by_key: dict[int, list[_Op]] = {k: [] for k in (keys if keys is not None else base)}
     for op in ops.values():
