@@ -98,7 +98,10 @@ def test_a_spark_server_that_is_down_is_one_line_not_one_per_region(tmp_path: Pa
     uri = str(tmp_path / "demo")
     write_demo_table(uri)
     (port,) = free_ports(1)  # nothing listens there: the Spark Connect server is down
-    done, _seconds = timed_cli(["merge", uri, "--spark-remote", f"sc://127.0.0.1:{port}"])
+    # Spark named (the demo's small round would otherwise run in process, under the Spark threshold).
+    done, _seconds = timed_cli(
+        ["merge", uri, "--engine", "spark", "--spark-remote", f"sc://127.0.0.1:{port}"]
+    )
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if line.startswith("memwal merge: error:")]
     assert len(errors) == 1 and errors[0].count("regions ") == 1, done.stderr
