@@ -136,13 +136,12 @@ def test_daemon_merges_each_table_in_rounds_one_run_at_a_time(deployment: E2E) -
     assert late in materialized["alpha"], "the flush written while the daemon ran was merged by a later round"
     assert sum(len(p) for p in materialized.values()) == 5, "two regions per table, plus the late one"
     for name, engine in (("alpha", "spark"), ("beta", "local")):
-        events = instance.fetch_materializations(AssetKey([name, "base_table"]), limit=10).records
-        assert {
-            e.asset_materialization.metadata["engine"].value for e in events if e.asset_materialization
-        } == {engine}
-    reasons = instance.fetch_materializations(AssetKey(["beta", "base_table"]), limit=1).records
-    assert reasons[0].asset_materialization is not None
-    assert "< spark_min_rows 500,000" in str(reasons[0].asset_materialization.metadata["engine_reason"].value)
+        events = instance.fetch_materializations(AssetKey([name, "base_table"]), limit=20).records
+        # The merges' own materializations (the sensor's freshness stamps carry no figures).
+        merges = [m.metadata for e in events if (m := e.asset_materialization) and "engine" in m.metadata]
+        assert merges and {m["engine"].value for m in merges} == {engine}, name
+        if engine == "local":
+            assert all("< spark_min_rows 500,000" in str(m["engine_reason"].value) for m in merges)
     rounds = sum(len(spans) for spans in by_table.values())
     print(f"merge runs: {rounds} for 5 regions in 2 tables")
 
