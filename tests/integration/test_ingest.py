@@ -28,6 +28,7 @@ from memwal_core.services.engine import SparkEngine
 from memwal_core.services.ingest.service import ingest
 from memwal_core.services.ingest.sources import resolve_sources
 from memwal_core.services.writer import MemWalWriter, WriterOptions
+from memwal_core.spark_session import DAEMON_MODULE
 from tests.support.cli import run_cli
 from tests.support.engines import engine_called
 from tests.support.paths import PROJECT_ROOT
@@ -145,7 +146,10 @@ def _python_workers_of(pid: int) -> list[int]:
             p = parents.get(p, 0)
         return False
 
-    daemons = {p for p, c in commands.items() if "pyspark.daemon" in c and descends(p)}
+    # Spark's daemon, or memwal's (which imports the task modules, then runs Spark's).
+    daemons = {
+        p for p, c in commands.items() if ("pyspark.daemon" in c or DAEMON_MODULE in c) and descends(p)
+    }
     return [p for p in daemons if parents.get(p) in daemons]
 
 
@@ -351,6 +355,7 @@ def test_writer_options_lance_would_check_only_after_claiming_are_refused_when_m
 READ_PEAK = """
 import sys
 from memwal_core.model.table import MemWalTable
+from memwal_core.spark_session import DAEMON_MODULE
 from memwal_core.services.ingest.sources import resolve_sources
 from tests.support.peak_rss import high_water_kib
 with MemWalTable.open(sys.argv[1]) as table:

@@ -83,13 +83,15 @@ def status_recorded(result: SensorResult) -> list[dict[str, Any]]:
 def assert_plottable(events: list[dict[str, Any]]) -> None:
     """The same keys in every event, each always an int or always a float: one plot per key.
 
-    `engine` is the one text label (where the work ran), which the UI shows and does not plot.
+    `engine` and `engine_reason` are the text labels (where the work ran, and why there), which the UI
+    shows and does not plot.
     """
+    labels = ("engine", "engine_reason")
     assert len({tuple(sorted(e)) for e in events}) == 1, "every event has the same keys"
-    assert all(isinstance(e.get("engine", ""), str) for e in events)
-    kinds = {(k, type(v)) for e in events for k, v in e.items() if k != "engine"}
+    assert all(isinstance(e.get(k, ""), str) for e in events for k in labels)
+    kinds = {(k, type(v)) for e in events for k, v in e.items() if k not in labels}
     assert {kind for _, kind in kinds} <= {int, float}, kinds
-    assert len(kinds) == len([k for k in events[0] if k != "engine"]), kinds
+    assert len(kinds) == len([k for k in events[0] if k not in labels]), kinds
 
 
 def test_default_location_and_table_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
