@@ -153,6 +153,7 @@ def test_credentials_from_a_profile_file(seaweed: Any, tmp_path: Path) -> None:
     assert done.stdout.strip() == "found"
 
 
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe")  # the fork is the point of the test
 def test_a_child_forked_after_requests_fails_at_once(seaweed: Any) -> None:
     """obstore's runtime does not survive a fork: the child's first request fails in one line, not hangs."""
     store = open_store(f"s3://memwal-test/fork-{uuid.uuid4().hex}", StorageOptions(seaweed.storage_options()))
