@@ -62,14 +62,19 @@ warnings.filterwarnings(
 REMOTE_FROM_ENV = "memwal.spark.remote.env"
 
 
+def remote_from(variable: str, what: str) -> str:
+    """The Spark Connect URL in `variable`, read when a run builds its session; `what` names it in the error."""
+    remote = os.environ.get(variable)
+    if not remote:
+        raise BadInputError(f"{variable} ({what}) is not set")
+    return remote
+
+
 def table_remote(table: TableConfig) -> str | None:
     """The table's own Spark Connect URL, read from its variable at run time if it names one."""
     if not table.spark_remote_env:
         return table.spark_remote
-    remote = os.environ.get(table.spark_remote_env)
-    if not remote:
-        raise BadInputError(f"{table.spark_remote_env} (the table's spark_remote_env) is not set")
-    return remote
+    return remote_from(table.spark_remote_env, "the table's spark_remote_env")
 
 
 def pipeline_spark_config() -> dict[str, str]:
@@ -146,9 +151,7 @@ class PipelineSparkResource(LazyPySparkResource):
             remote = config.pop("spark.remote", None)
             variable = config.pop(REMOTE_FROM_ENV, None)
             if variable:
-                remote = os.environ.get(variable)
-                if not remote:
-                    raise BadInputError(f"{variable} (the pipeline's Spark Connect server) is not set")
+                remote = remote_from(variable, "the pipeline's Spark Connect server")
             self._spark_session = spark_session(config.get("spark.master"), config, remote=remote)
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:

@@ -2,7 +2,7 @@
 
 A classic SparkSession would cost every Dagster run a JVM start; runs that
 connect to a Connect server pay nothing of it. `warm_spark` gives a command
-(`python -m memwal_pipelines demo` or `... spark`) one: the live server a
+(`python -m memwal_pipelines spark`, for `dg dev`) one: the live server a
 former command left in DAGSTER_HOME, reused, or one started here on
 127.0.0.1 and stopped when the command ends. Runs find it through
 MEMWAL_SPARK_REMOTE, which `warm_spark` sets for this process and its
