@@ -97,7 +97,6 @@ def requests_part(options: dict[str, str], count: int) -> list[tuple[str, float]
         ("HEAD through S3Store.head", cpu_per_call(lambda: store.head("o.bin"), count)),
         ("GET through S3Store.read", cpu_per_call(lambda: store.read("o.bin"), count)),
     ]
-    store.close()
     return rows
 
 
@@ -125,7 +124,6 @@ def local_parts(count: int) -> list[tuple[str, float]]:
     started = time.process_time()
     local.map(lambda _n: None, items)
     hand_off = (time.process_time() - started) / count * 1e6
-    local.close()
     return [
         ("thread hand-off (ObjectStore.map, 64 threads, per item)", hand_off),
         ("starting and joining a 64-thread pool (per pool)", cpu_per_call(pool_start, 20)),

@@ -184,7 +184,6 @@ def upload(local: Path, uri: str, options: dict[str, str]) -> None:
     store = open_store(uri, StorageOptions(options))
     files = [p for p in local.rglob("*") if p.is_file()]
     store.map(lambda p: store.write(p.relative_to(local).as_posix(), p.read_bytes()), files)
-    store.close()
 
 
 def code_env(code: Path) -> dict[str, str]:
@@ -250,7 +249,6 @@ def bare_loop(options: dict[str, str], heads: int, gets: int, in_flight: int, fo
 def upload_bare_objects(options: dict[str, str]) -> None:
     store = open_store("s3://width/bare", StorageOptions(options))
     store.map(lambda n: store.write(f"o{n:04d}", os.urandom(BARE_OBJECT_BYTES)), list(range(BARE_OBJECTS)))
-    store.close()
 
 
 def run_delay(

@@ -13,11 +13,12 @@ UI exactly when `MemwalTableBehind` fires in Prometheus and the
 `merge_backlog` check fails on age, to within a sensor tick and the freshness
 daemon's 30 s.
 
-It records one when the table's completion time moved by `interval` seconds
-or more (at most every `status_interval_seconds`, and a quarter of the
-threshold, so an idle table never goes stale), and after every merge (a merge
-run's own per-region materializations are stamped with their real time, which
-would otherwise stand for the table until the next record).
+It records one when the table's completion time moved by a quarter of the
+threshold or more (so an idle table never goes stale, and 50 idle tables
+write a few events a minute, not one per table per status interval), and
+after every merge (a merge run's own per-region materializations are stamped
+with their real time, which would otherwise stand for the table until the
+next record).
 
 Dagster stamps the events a sensor returns with the time they are stored, so
 the sensor writes this one itself, through the instance's event API with the
@@ -43,7 +44,7 @@ def freshness_policy(table: TableConfig) -> FreshnessPolicy:
 
 def record_interval(table: TableConfig) -> float:
     """How far the completion time moves before the sensor records it again."""
-    return min(table.status_interval_seconds, table.max_pending_age_seconds / 4)
+    return table.max_pending_age_seconds / 4
 
 
 def freshness_due(table: TableConfig, recorded: float, complete_as_of: float, merged_moved: bool) -> bool:

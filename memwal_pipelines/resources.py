@@ -115,7 +115,7 @@ _SENSOR_TABLES_LOCK = threading.Lock()
 def sensor_table(table: TableConfig) -> Iterator[MemWalTable]:
     """The table a sensor reads, kept open in the code server from one tick to the next.
 
-    Opening a table (its store's connections and threads, Lance's caches) costs
+    Opening a table (its store's connections, Lance's caches) costs
     more than an idle tick's reads, and Dagster would also build the resource on
     every tick: sensors take neither. A tick that fails drops the table, so the
     next one opens it afresh (new credentials, an endpoint back).

@@ -225,9 +225,15 @@ def flushed_tick(
         state = {r.region: f"{r.latest_flushed}:{r.merged_generation}" for r in found.regions}
         due = cursor.status_due(state, found.read_at, table.status_interval_seconds)
         view = StatusView(status_since(opened, read, started), found) if due else None
-    known = context.instance.get_dynamic_partitions(keys.regions_name)
-    partitions = set(known)
-    new_regions = [r.region for r in found.regions if r.region not in partitions]
+    # The partitions are read only when this tick may add one or ask for a round: an idle tick
+    # (every region seen before, nothing pending) costs no query of Dagster's storage.
+    unseen = any(r.region not in cursor.regions for r in found.regions)
+    if unseen or (not queued and any(r.pending for r in found.regions)):
+        known = context.instance.get_dynamic_partitions(keys.regions_name)
+        partitions = set(known)
+        new_regions = [r.region for r in found.regions if r.region not in partitions]
+    else:
+        known, new_regions = [], []
     events: list[AssetObservation | AssetMaterialization] = [
         region_observation(keys, r, found.read_at)
         for r in found.regions

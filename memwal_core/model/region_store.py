@@ -118,12 +118,12 @@ class RegionManifestStore:
             self.store, self.path, version, what=f"region {self.region} manifest version", where=self.dir
         )
 
-    def moved_since(self, version: int) -> bool:
-        """Whether a version after `version` exists (one HEAD): if not, `version` is still the latest.
+    def next_path(self, version: int) -> str:
+        """The version after `version`: if it does not exist, `version` is still the latest.
 
-        GC never deletes the latest version, so a missing next one proves it.
+        GC never deletes the latest version, so a missing next one proves it (one HEAD).
         """
-        return self.store.exists(self.path(version + 1))
+        return self.path(version + 1)
 
     def read_latest(self, known: int | RegionManifest | None = None) -> RegionManifest:
         """The newest manifest; NotFoundError if the region has none.

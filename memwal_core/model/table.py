@@ -251,7 +251,12 @@ class MemWalTable:
         return dict(zip(ids, found, strict=True))
 
     def close(self) -> None:
-        self.store.close()
+        """Drop this table's Lance caches (its session, the dataset first opened); they reopen if used again.
+
+        The store holds nothing to release: its I/O threads are the process's, shared (object_store._SharedPools).
+        """
+        for cached in ("session", "latest"):
+            self.__dict__.pop(cached, None)
 
     def __enter__(self) -> MemWalTable:
         return self

@@ -151,23 +151,16 @@ def backlog_since(
     if any(region not in seen for region in ids):
         hints = snapshot_hints(table, details)
 
-    def one(region: str) -> tuple[int, RegionBacklog] | RegionManifest | None:
-        merged = details.merged_generation(region)
-        earlier = seen.get(region)
-        if earlier is not None:
-            manifest_version, region_seen = earlier
-            unmoved = not table.region_store(region).moved_since(manifest_version)
-            if region_seen.merged_generation == merged and unmoved:
-                return earlier
-        return table.read_region(region, earlier[0] if earlier else hints.get(region))
-
-    kept: dict[str, tuple[int, RegionBacklog]] = {}
-    manifests: dict[str, RegionManifest | None] = {}
-    for region, found in zip(ids, table.store.map(one, ids), strict=True):
-        if isinstance(found, tuple):
-            kept[region] = found
-        else:
-            manifests[region] = found
+    # A region seen before whose merge progress is unchanged costs one HEAD (of its next manifest
+    # version), probed for all such regions at once; only the others are read.
+    same = [r for r in ids if r in seen and seen[r][1].merged_generation == details.merged_generation(r)]
+    moved = table.store.exists_many([table.region_store(r).next_path(seen[r][0]) for r in same])
+    kept = {r: seen[r] for r, m in zip(same, moved, strict=True) if not m}
+    changed = [r for r in ids if r not in kept]
+    found = table.store.map(
+        lambda r: table.read_region(r, seen[r][0] if r in seen else hints.get(r)), changed
+    )
+    manifests: dict[str, RegionManifest | None] = dict(zip(changed, found, strict=True))
     read = [m for _r, m in sorted(manifests.items()) if m is not None]
     fresh = table.store.map(lambda m: region_backlog(table, m, details.merged_generation(m.region)), read)
     regions = sorted([*(b for _v, b in kept.values()), *fresh], key=lambda b: b.region)

@@ -83,11 +83,21 @@ class LocalStore(ObjectStore):
             raise AlreadyExistsError(f"{self.describe(path)} already exists") from exc
 
     def head(self, path: str) -> ObjectInfo | None:
-        try:
-            st = self._io("head", path, self._path(path).stat)
-        except NotFoundError:
-            return None
-        return ObjectInfo(path, st.st_size, st.st_mtime)
+        def stat() -> os.stat_result | None:
+            # A miss is the common answer (the probe past a region's latest version): no error
+            # object for it, whose message redaction cost more than the stat.
+            try:
+                return self._path(path).stat()
+            except FileNotFoundError:
+                return None
+
+        st = self._io("head", path, stat)
+        return ObjectInfo(path, st.st_size, st.st_mtime) if st is not None else None
+
+    def exists_many(self, paths: Sequence[str]) -> list[bool]:
+        """In this thread: a stat takes microseconds, less than handing it to a pool thread
+        (a sensor tick probing 800 regions spent half its CPU on the hand-offs)."""
+        return [self.exists(path) for path in paths]
 
     def is_dir(self, path: str) -> bool:
         self.stats.add("head")

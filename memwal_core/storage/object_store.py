@@ -9,6 +9,7 @@ many racing writers wins, and no reader ever sees a partial object) and
 
 from __future__ import annotations
 
+import os
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -21,6 +22,38 @@ from typing import TypeVar
 T = TypeVar("T")
 _POOL_PREFIX = "memwal-io"
 R = TypeVar("R")
+
+
+class _SharedPools:
+    """The process's I/O thread pools, one per size, shared by every store.
+
+    A store per table each growing its own pool to its full size left a process
+    watching many tables (the location's sensors) starting threads on every tick:
+    each pool grows only when no thread is idle at a submit. One pool per size
+    bounds the process's I/O threads by the largest `max_concurrent_requests`
+    in use. A forked child starts with none: its parent's threads do not exist there.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pools: dict[int, ThreadPoolExecutor] = {}
+
+    def after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+        self._pools = {}
+
+    def get(self, size: int) -> ThreadPoolExecutor:
+        with self._lock:
+            pool = self._pools.get(size)
+            if pool is None:
+                pool = self._pools[size] = ThreadPoolExecutor(
+                    size, thread_name_prefix=f"{_POOL_PREFIX}-{size}"
+                )
+            return pool
+
+
+_POOLS = _SharedPools()
+os.register_at_fork(after_in_child=_POOLS.after_fork_in_child)
 
 
 @dataclass(frozen=True)
@@ -63,8 +96,6 @@ class ObjectStore(ABC):
         self.uri = uri.rstrip("/")
         self.stats = RequestStats()
         self.parallelism = parallelism
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         """Apply `fn` to items concurrently (I/O-bound), keeping their order.
@@ -75,10 +106,7 @@ class ObjectStore(ABC):
         """
         if len(items) <= 1 or threading.current_thread().name.startswith(_POOL_PREFIX):
             return [fn(item) for item in items]
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.parallelism, thread_name_prefix=_POOL_PREFIX)
-        return list(self._pool.map(fn, items))
+        return list(_POOLS.get(self.parallelism).map(fn, items))
 
     def exists_many(self, paths: Sequence[str]) -> list[bool]:
         """Existence of many objects, probed in parallel."""
@@ -171,13 +199,6 @@ class ObjectStore(ABC):
         found = [self.list_files(path, recursive=True) for path in paths]
         self.delete_many([info.path for tree in found for info in tree])
         return found
-
-    def close(self) -> None:
-        """Release the I/O threads."""
-        with self._pool_lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False)
-                self._pool = None
 
 
 def join_path(*parts: str) -> str:

@@ -25,6 +25,7 @@ from memwal_core.storage.options import DEFAULT_CONCURRENT_REQUESTS, StorageOpti
 from memwal_core.storage.retry import RetryPolicy
 
 if TYPE_CHECKING:
+    from obstore import ObjectMeta
     from obstore.store import S3Config, S3Credential
 
 T = TypeVar("T")
@@ -258,11 +259,19 @@ class S3Store(ObjectStore):
             raise
 
     def head(self, path: str) -> ObjectInfo | None:
+        def probe() -> ObjectMeta | None:
+            # A miss is the common answer (the probe past a region's latest version): answered here,
+            # without the error path's parsing and message redaction, which cost more than the request.
+            try:
+                return obstore.head(self._s3, path)
+            except (FileNotFoundError, obstore.exceptions.NotFoundError):
+                return None
+
         try:
-            meta = self._call("head", path, lambda: obstore.head(self._s3, path))
-        except NotFoundError:
+            meta = self._call("head", path, probe)
+        except NotFoundError:  # a 404 obstore reports another way
             return None
-        return ObjectInfo(path, meta["size"], meta["last_modified"].timestamp())
+        return ObjectInfo(path, meta["size"], meta["last_modified"].timestamp()) if meta is not None else None
 
     def is_dir(self, path: str) -> bool:
         def first_page() -> bool:

@@ -80,3 +80,35 @@ def test_merges_resume_after_kill_9_of_the_daemon_tree_during_a_merge_run(tmp_pa
         assert failed is not None and failed.status == DagsterRunStatus.FAILURE
     table.assert_merged()
     assert resumed < BOUND + 60, f"{resumed:.0f} s"
+
+
+def test_with_the_deployed_code_server_a_daemon_crash_leaves_the_merge_run_running(tmp_path: Path) -> None:
+    """docs/deploy/: the location served by memwal-code-server.service's command. The daemon starts
+    no code server of its own, and the code server launches the runs, so kill -9 of the daemon's
+    whole tree mid-run kills no run: the held merge run finishes and the table converges."""
+    table, _ = keyed_backlog_table(tmp_path / "t")
+    listing = tmp_path / "tables.yaml"
+    listing.write_text(
+        f"tables:\n  - {{name: crash, uri: '{table.uri}', merge_engine: local, sensor_interval_seconds: 2}}\n"
+    )
+    with (
+        DagsterDeployment(listing, code_server=True) as running,
+        MemWalTable.open(table.uri) as opened,
+    ):
+        instance = DagsterInstance.from_ref(InstanceRef.from_dir(str(running.home)))
+        with details_lease(opened.store, ttl=600, wait=0):
+            assert running.start_sensor(FLUSHED_SENSOR) == "RUNNING"
+            (held,) = wait_for("a merge run started", lambda: runs(instance, DagsterRunStatus.STARTED), 180)
+            killed = running.kill_daemon_tree()
+        assert killed == [running.pids["daemon"]], (
+            f"the daemon alone, no code server or run below it: {killed}"
+        )
+        wait_for("the held run merged", lambda: pending(table.uri) == 0, 180)
+        running.restart_daemon()
+        finished = wait_for(
+            "the held run recorded as a success",
+            lambda: (r := instance.get_run_by_id(held)) is not None and r.status == DagsterRunStatus.SUCCESS,
+            120,
+        )
+        assert finished
+    table.assert_merged()

@@ -3,7 +3,8 @@
 docs/deploy/dagster-postgres.yaml must stay dagster.yaml but for its storage
 (a fast check of the two files), and it must work: a dagster-webserver and a
 dagster-daemon on that instance, against a private PostgreSQL cluster from Debian's
-package (tests/support/postgres.py), merge a table's backlog once its sensor is
+package (tests/support/postgres.py), with the code location served by a code server
+of its own as docs/deploy/ runs it, merge a table's backlog once its sensor is
 switched on, and PostgreSQL itself holds the merge runs, each a success. The
 connection comes from DAGSTER_PG_* variables only; the password is in no file or log.
 """
@@ -112,7 +113,8 @@ def production(
             # The instance's storage is the subject here, not Spark: merges run in the run's process.
             f"tables:\n  - {{name: {TABLE}, uri: '{table.uri}', sensor_interval_seconds: 2, merge_engine: local}}\n"
         )
-        with DagsterDeployment(listing, instance_yaml=POSTGRES_YAML) as deployment:
+        # Served as docs/deploy/ serves it: memwal-code-server.service's command, docs/deploy/workspace.yaml.
+        with DagsterDeployment(listing, instance_yaml=POSTGRES_YAML, code_server=True) as deployment:
             yield deployment, server, table
 
 

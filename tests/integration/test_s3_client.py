@@ -43,7 +43,6 @@ def test_a_conditional_put_whose_answer_was_lost_is_its_own_object(seaweed: Any)
     with LoseOneResponse(_port(seaweed), method="PUT", path_part="/lease/") as proxy:
         store = open_store(prefix, _through(seaweed, proxy.url))
         store.put_if_not_exists("lease/1.json", b"mine")
-        store.close()
     assert len(proxy.lost) == 1
     assert store.stats.snapshot() == {"put_if_not_exists": 2, "get": 1}
     direct = open_store(prefix, StorageOptions(seaweed.storage_options()))
@@ -51,7 +50,6 @@ def test_a_conditional_put_whose_answer_was_lost_is_its_own_object(seaweed: Any)
     # A later writer still loses the race: the object is there, and not its bytes.
     with pytest.raises(AlreadyExistsError, match=r"lease/1\.json already exists"):
         direct.put_if_not_exists("lease/1.json", b"theirs")
-    direct.close()
 
 
 def test_a_server_error_after_the_put_landed_is_settled_the_same_way(seaweed: Any) -> None:
@@ -61,7 +59,6 @@ def test_a_server_error_after_the_put_landed_is_settled_the_same_way(seaweed: An
         store = open_store(prefix, _through(seaweed, proxy.url))
         store.put_if_not_exists("manifest/1.binpb", b"version one")
         assert store.read("manifest/1.binpb") == b"version one"
-        store.close()
     puts = [line for line in proxy.requests if line.startswith("PUT ")]
     assert len(puts) == 2 and len(proxy.failed) == 1, proxy.requests
 
@@ -71,12 +68,10 @@ def test_reads_retry_a_reset_and_give_up_in_bounded_time(seaweed: Any) -> None:
     prefix = f"s3://memwal-test/reset-{uuid.uuid4().hex}"
     direct = open_store(prefix, StorageOptions(seaweed.storage_options()))
     direct.write("a.bin", b"x")
-    direct.close()
     with ResponseFaults(_port(seaweed), [Fault("GET", "a.bin", every=1, answer="reset")]) as proxy:
         store = open_store(prefix, _through(seaweed, proxy.url))
         with pytest.raises(StorageError) as raised:
             store.read("a.bin")
-        store.close()
     attempts = store.stats.snapshot()["get"]
     assert 1 < attempts <= 5 and len(proxy.failed) == attempts
     message = str(raised.value)
@@ -90,11 +85,9 @@ def test_missing_objects_and_buckets_are_told_apart(seaweed: Any) -> None:
     assert store.head("nope") is None and not store.exists("nope")
     with pytest.raises(NotFoundError, match="nope does not exist"):
         store.read("nope")
-    store.close()
     nobucket = open_store("s3://no-such-bucket/t", StorageOptions(seaweed.storage_options()))
     with pytest.raises(NotFoundError, match="bucket 'no-such-bucket' does not exist"):
         nobucket.list_files("x")
-    nobucket.close()
 
 
 def test_wrong_keys_are_denied_without_showing_them(seaweed: Any) -> None:
@@ -103,7 +96,6 @@ def test_wrong_keys_are_denied_without_showing_them(seaweed: Any) -> None:
     with pytest.raises(StorageError, match="denied") as raised:
         store.read("x")
     assert "wrong-secret-value" not in str(raised.value)
-    store.close()
 
 
 def test_first_files_is_one_request(seaweed: Any) -> None:
@@ -116,7 +108,6 @@ def test_first_files_is_one_request(seaweed: Any) -> None:
     first = store.first_files("v")
     assert store.stats.snapshot() == {"list": 1}
     assert [info.path for info in first] == [f"v/{n:04d}.manifest" for n in range(1000)]
-    store.close()
 
 
 def test_credentials_from_a_profile_file(seaweed: Any, tmp_path: Path) -> None:
@@ -128,7 +119,6 @@ def test_credentials_from_a_profile_file(seaweed: Any, tmp_path: Path) -> None:
     uri = f"s3://memwal-test/profile-{uuid.uuid4().hex}"
     setup = open_store(uri, StorageOptions(seaweed.storage_options()))
     setup.write("probe.txt", b"found")
-    setup.close()
     options = {k: v for k, v in seaweed.storage_options().items() if "key" not in k}
     code = (
         "import json, sys\n"
@@ -175,4 +165,3 @@ def test_a_child_forked_after_requests_fails_at_once(seaweed: Any) -> None:
     os.waitpid(pid, 0)
     assert "forked after it made S3 requests" in said, said
     assert store.read("a.bin") == b"x"  # the parent's runtime is untouched
-    store.close()

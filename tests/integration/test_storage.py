@@ -24,8 +24,6 @@ def _race(uri: str, options: dict[str, str], path: str, payload: bytes) -> bool:
         return True
     except AlreadyExistsError:
         return False
-    finally:
-        store.close()
 
 
 def test_basic_operations(store_uri: tuple[str, dict[str, str]]) -> None:
@@ -54,7 +52,6 @@ def test_basic_operations(store_uri: tuple[str, dict[str, str]]) -> None:
     store.delete("a/b.bin")
     assert not store.exists("a/b.bin")
     assert store.list_dirs("missing") == []
-    store.close()
 
 
 def test_put_if_not_exists_thread_race(store_uri: tuple[str, dict[str, str]]) -> None:
@@ -77,7 +74,6 @@ def test_put_if_not_exists_thread_race(store_uri: tuple[str, dict[str, str]]) ->
         assert store.read(path) == payloads[wins.index(True)]
     with pytest.raises(AlreadyExistsError, match=r"0\.binpb"):
         store.put_if_not_exists("manifest/0.binpb", b"late")
-    store.close()
 
 
 def test_put_if_not_exists_process_race(store_uri: tuple[str, dict[str, str]]) -> None:
@@ -90,7 +86,6 @@ def test_put_if_not_exists_process_race(store_uri: tuple[str, dict[str, str]]) -
     assert wins.count(True) == 1
     store = open_store(uri, StorageOptions(options))
     assert store.read(path) == payloads[wins.index(True)]
-    store.close()
 
 
 def test_unreachable_s3_fails_fast_with_bounded_retries() -> None:
@@ -166,4 +161,3 @@ def test_listing_and_deleting_past_one_page(store_uri: tuple[str, dict[str, str]
     deleted = store.delete_tree("many")
     assert len(deleted) == len(names) + 1
     assert store.list_files("many", recursive=True) == [] and not store.is_dir("many")
-    store.close()

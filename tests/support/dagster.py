@@ -4,6 +4,8 @@ Both load the project's workspace.yaml with a private DAGSTER_HOME holding the
 project's dagster.yaml (sqlite storage, queued runs, concurrency limits), or
 another instance config such as docs/deploy/dagster-postgres.yaml, so runs
 launched by the daemon are separate processes exactly as in production.
+With `code_server`, the location is served as in docs/deploy/ instead: the
+command of memwal-code-server.service and docs/deploy/workspace.yaml, on a free port.
 The table list comes from a YAML file passed as MEMWAL_TABLES.
 """
 
@@ -12,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -37,7 +41,17 @@ LOCATION = "memwal_pipelines.definitions"
 REPOSITORY = "__repository__"
 BIN_DIR = Path(sys.executable).parent
 WORKSPACE = str(PROJECT_ROOT / "workspace.yaml")
-DAEMON = [str(BIN_DIR / "dagster-daemon"), "run", "-w", WORKSPACE]
+DEPLOY = PROJECT_ROOT / "docs" / "deploy"
+DEPLOYED_BIN = "/opt/memwal/.venv/bin/"
+DEPLOYED_PORT = "4266"
+
+
+def deployed_code_server(port: int) -> list[str]:
+    """memwal-code-server.service's command, with this venv's executable and `port`."""
+    unit = (DEPLOY / "memwal-code-server.service").read_text()
+    command = shlex.split(next(line for line in unit.splitlines() if line.startswith("ExecStart=")))
+    command[0] = command[0].removeprefix("ExecStart=").replace(DEPLOYED_BIN, f"{BIN_DIR}/")
+    return [str(port) if part == DEPLOYED_PORT else part for part in command]
 
 
 def descendants(pid: int) -> list[int]:
@@ -78,12 +92,15 @@ class DagsterDeployment(LoopbackService):
         env: dict[str, str] | None = None,
         start_timeout: float = 180.0,
         instance_yaml: Path = PROJECT_ROOT / "dagster.yaml",
+        code_server: bool = False,
     ) -> None:
         super().__init__(prefix="memwal-dagster-", start_timeout=start_timeout, base_dir=None)
         self.tables_file = tables_file
         self.instance_yaml = instance_yaml
         self.extra_env = env or {}
         self.home = self.root / "home"
+        self.code_server = code_server
+        self.workspace = WORKSPACE
         self.port = 0
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: dict[str, IO[bytes]] = {}
@@ -131,13 +148,35 @@ class DagsterDeployment(LoopbackService):
             start_new_session=True,
         )
 
+    def _wait_for_code_server(self, port: int) -> None:
+        """Until the code server listens: it loads the definitions first, and a webserver started
+        before then would record the location as failed to load."""
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self._processes["code_server"].poll() is not None:
+                raise EarlyExit(f"code_server exited with {self._processes['code_server'].returncode}")
+            with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout=1):
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"the code server did not listen within {self.start_timeout:.0f} s")
+
+    def _daemon(self) -> list[str]:
+        return [str(BIN_DIR / "dagster-daemon"), "run", "-w", self.workspace]
+
     def _attempt(self, attempt: int) -> None:
-        (self.port,) = free_ports(1)
+        self.port, grpc_port = free_ports(2)
+        if self.code_server:
+            self._spawn("code_server", deployed_code_server(grpc_port))
+            self._wait_for_code_server(grpc_port)
+            workspace = self.root / "workspace.yaml"
+            deployed = (DEPLOY / "workspace.yaml").read_text()
+            workspace.write_text(deployed.replace(f"port: {DEPLOYED_PORT}", f"port: {grpc_port}"))
+            self.workspace = str(workspace)
         self._spawn(
             "webserver",
-            [str(BIN_DIR / "dagster-webserver"), "-h", LOOPBACK, "-p", str(self.port), "-w", WORKSPACE],
+            [str(BIN_DIR / "dagster-webserver"), "-h", LOOPBACK, "-p", str(self.port), "-w", self.workspace],
         )
-        self._spawn("daemon", DAEMON)
+        self._spawn("daemon", self._daemon())
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             for name, process in self._processes.items():
@@ -182,7 +221,7 @@ class DagsterDeployment(LoopbackService):
         """Start `dagster-daemon run` again (as systemd's Restart=always does), with `env` added."""
         self.extra_env.update(env or {})
         self._logs.pop("daemon").close()
-        self._spawn("daemon", DAEMON)
+        self._spawn("daemon", self._daemon())
 
     def _discard_attempt(self) -> None:
         self._release(10.0)

@@ -156,11 +156,7 @@ def collapse_staged(
     units = batch_units(plans, rows_per_task(), parallelism)
     tasks = min(len(units), parallelism)
     table_uri = plans[0].table_uri
-    store = open_store(table_uri, StorageOptions(dict(storage_options)))
-    try:
-        staging = store.describe(STAGING_DIR)
-    finally:
-        store.close()
+    staging = open_store(table_uri, StorageOptions(dict(storage_options))).describe(STAGING_DIR)
     reports = engine.run(
         _collapse_task(primary_key, fields, storage_options, staging),
         [units[task::tasks] for task in range(tasks)],
@@ -248,7 +244,4 @@ class StagedCollapse:
         if not self.paths:
             return
         store = open_store(self.table_uri, StorageOptions(self.storage_options))
-        try:
-            store.map(store.delete, [path[len(store.uri) + 1 :] for path in self.paths])
-        finally:
-            store.close()
+        store.map(store.delete, [path[len(store.uri) + 1 :] for path in self.paths])

@@ -16,7 +16,6 @@ def test_concurrent_requests_default_setting_and_lance_never_sees_it() -> None:
     assert "max_concurrent_requests" not in options.as_dict()
     store = open_store("s3://bucket/table", options)
     assert store.parallelism == 8
-    store.close()
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "many", "2.5", "100000"])
