@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from memwal_core import __version__
 from memwal_core.cli.options import count, listen_address, number
@@ -540,5 +540,17 @@ def _report(args: argparse.Namespace, result: ServiceResult, code: int) -> int:
     return code
 
 
+def run() -> NoReturn:
+    """The `memwal` command: `main`, then an exit that skips the interpreter's teardown. Once the result
+    is printed nothing is left to do, and freeing every module and object (Lance, Arrow, pandas) took
+    0.1-0.2 s of every command that loaded them."""
+    code = main()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

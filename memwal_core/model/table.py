@@ -8,6 +8,7 @@ region manifests under `_mem_wal/`.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from functools import cached_property
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
 # commits peaked at 338 MiB with 32 MiB of it, 315 MiB with 8 (500k rows merged whole: 280).
 INDEX_CACHE_BYTES = 32 << 20
 METADATA_CACHE_BYTES = 8 << 20
+# Table versions whose MemWAL details a table object keeps (a command reads two or three).
+DETAILS_KEPT = 8
 
 
 def primary_key_of(schema: pa.Schema) -> list[str]:
@@ -79,6 +82,10 @@ class MemWalTable:
             else StorageOptions(storage_options or {})
         )
         self.store: ObjectStore = open_store(self.uri, self.storage_options)
+        # A version's manifest is written once and never changed: its details are read once (the
+        # latest few versions: a sensor's table lives as long as its code server).
+        self._details: dict[int, IndexDetails] = {}
+        self._details_lock = threading.Lock()
 
     @classmethod
     def open(
@@ -170,7 +177,9 @@ class MemWalTable:
     def version_numbers(self, dataset: lance.LanceDataset | None = None) -> list[int]:
         """Every stored version of the base table, ascending; Lance reads each one's manifest to list it."""
         try:
-            return sorted(int(v["version"]) for v in (dataset or self.dataset()).versions())
+            return sorted(
+                int(v["version"]) for v in (dataset if dataset is not None else self.dataset()).versions()
+            )
         except (RuntimeError, ValueError, OSError) as exc:
             raise self._classify_open_error(exc, None) from exc
 
@@ -194,6 +203,10 @@ class MemWalTable:
         """MemWAL index details at `version` (default: the latest version)."""
         if version is None:
             version = self.latest_version()
+        with self._details_lock:
+            cached = self._details.get(version)
+        if cached is not None:
+            return cached
         path = f"{TABLE_VERSIONS_DIR}/{table_manifest_name(version)}"
         try:
             data = self.store.read(path)
@@ -202,6 +215,10 @@ class MemWalTable:
         details = read_index_details(data, where=self.store.describe(path))
         if details is None:
             raise MemWalNotEnabledError(f"table {self.uri} does not have MemWAL enabled (version {version})")
+        with self._details_lock:
+            if len(self._details) >= DETAILS_KEPT:
+                del self._details[min(self._details)]
+            self._details[version] = details
         return details
 
     # -- Regions ---------------------------------------------------------
@@ -251,12 +268,15 @@ class MemWalTable:
         return dict(zip(ids, found, strict=True))
 
     def close(self) -> None:
-        """Drop this table's Lance caches (its session, the dataset first opened); they reopen if used again.
+        """Drop this table's caches (Lance's session, the dataset first opened, the details read); they
+        fill again if used.
 
         The store holds nothing to release: its I/O threads are the process's, shared (object_store._SharedPools).
         """
         for cached in ("session", "latest"):
             self.__dict__.pop(cached, None)
+        with self._details_lock:
+            self._details.clear()
 
     def __enter__(self) -> MemWalTable:
         return self

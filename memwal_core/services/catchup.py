@@ -19,16 +19,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from memwal_core.arguments import checked
 from memwal_core.errors import CatchupError, NotFoundError
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.model.indexes import read_maintained
 from memwal_core.model.table import MemWalTable
-from memwal_core.services.index_list import ListUpdate, update_maintained_list
+from memwal_core.services.index_list import ListUpdate, read_region_manifests, update_maintained_list
 from memwal_core.services.result import NOT_IN_JSON, ServiceResult
+
+if TYPE_CHECKING:
+    import lance
 
 Lag = dict[str, int]
 
@@ -87,6 +91,8 @@ class CatchupPlan:
     merged: tuple[tuple[str, int], ...]
     indexes: tuple[IndexCatchupPlan, ...]
     missing: tuple[str, ...] = ()
+    # Indexes the details' list should gain: their coverage needs every region's manifest.
+    list_added: tuple[str, ...] = ()
 
     def summary(self) -> dict[str, Any]:
         """What a dry run shows of it (the `plan` of `catchup --dry-run --json`): each index's lag."""
@@ -150,20 +156,57 @@ def plan_catchup(table: MemWalTable, *, indexes: Iterable[str] | None = None) ->
         tuple(sorted(details.merged.items())),
         tuple(IndexCatchupPlan(name, tuple(index_lag(details, name).items())) for name in wanted),
         rule.missing,
+        tuple(rule.list_added),
     )
 
 
-def _update(table: MemWalTable, names: list[str], *, retrain: bool) -> IndexDetails:
-    """Run Lance's index update on `names`; the details of the version it left the table at."""
+def _update(
+    table: MemWalTable, names: list[str], *, retrain: bool
+) -> tuple[lance.LanceDataset, IndexDetails]:
+    """Run Lance's index update on `names`: the dataset at the version it committed, and its details."""
     dataset = table.dataset()
-    dataset.optimize.optimize_indices(index_names=names, retrain=retrain)
-    return table.index_details(table.dataset().version)
+    dataset.optimize.optimize_indices(index_names=names, retrain=retrain)  # moves `dataset` to its commit
+    return dataset, table.index_details(dataset.version)
 
 
 def _caught_up(details: IndexDetails, index: str, merged: dict[str, int]) -> bool:
     """Whether `index` covers at least the progress `merged` the update started from."""
     caught_up = details.index_catchup.get(index, {})
     return all(caught_up.get(region, 0) >= generation for region, generation in merged.items())
+
+
+def _bring_level(
+    table: MemWalTable, plan: CatchupPlan, *, rebuild: bool, started: float
+) -> tuple[lance.LanceDataset | None, int, list[IndexCatchupResult]]:
+    """Update the plan's lagging indexes: the dataset at the update's commit (None if none lagged),
+    the table version after it, and what each lagging index got."""
+    behind = [p for p in plan.indexes if p.behind]
+    if not behind:
+        return None, plan.table_version, []
+    merged = dict(plan.merged)
+    names = [p.index for p in behind]
+    dataset, details = _update(table, names, retrain=rebuild)
+    method = dict.fromkeys(names, "rebuild" if rebuild else "optimize")
+    still = [name for name in names if not _caught_up(details, name, merged)]
+    if still and not rebuild:
+        dataset, details = _update(table, still, retrain=True)
+        method.update(dict.fromkeys(still, "rebuild"))
+    failed = [name for name in names if not _caught_up(details, name, merged)]
+    if failed:
+        raise CatchupError(
+            f"table {table.uri}: index {failed[0]!r} did not catch up to merge progress of version "
+            f"{plan.table_version} after an update and a rebuild (lag now "
+            f"{index_lag(details, failed[0])})"
+        )
+    elapsed = time.perf_counter() - started
+    return (
+        dataset,
+        details.table_version,
+        [
+            IndexCatchupResult(p.index, method[p.index], dict(p.lag), index_lag(details, p.index), elapsed)
+            for p in behind
+        ],
+    )
 
 
 @checked
@@ -193,47 +236,28 @@ def catchup(
     """
     started = time.perf_counter()
     plan = plan_catchup(table, indexes=indexes)
-    merged = dict(plan.merged)
-    behind = [p for p in plan.indexes if p.behind]
-    results: list[IndexCatchupResult] = []
-    version = plan.table_version
     if dry_run:
         return CatchupResult(
             table=table.uri,
-            read_version=version,
+            read_version=plan.table_version,
             dry_run=True,
             seconds=time.perf_counter() - started,
             indexes=[],
             plan=plan,
             maintained_list=update_maintained_list(table, dry_run=True),
         )
-    if behind:
-        names = [p.index for p in behind]
-        details = _update(table, names, retrain=rebuild)
-        method = dict.fromkeys(names, "rebuild" if rebuild else "optimize")
-        still = [name for name in names if not _caught_up(details, name, merged)]
-        if still and not rebuild:
-            details = _update(table, still, retrain=True)
-            method.update(dict.fromkeys(still, "rebuild"))
-        failed = [name for name in names if not _caught_up(details, name, merged)]
-        if failed:
-            raise CatchupError(
-                f"table {table.uri}: index {failed[0]!r} did not catch up to merge progress of version "
-                f"{plan.table_version} after an update and a rebuild (lag now "
-                f"{index_lag(details, failed[0])})"
-            )
-        version = details.table_version
-        elapsed = time.perf_counter() - started
-        results = [
-            IndexCatchupResult(p.index, method[p.index], dict(p.lag), index_lag(details, p.index), elapsed)
-            for p in behind
-        ]
+    with ThreadPoolExecutor(max_workers=1) as side:
+        # A list gaining an index needs every region's manifest: they are read while Lance updates the indexes.
+        details = table.index_details(plan.table_version)
+        regions = side.submit(read_region_manifests, table, details) if plan.list_added else None
+        dataset, version, results = _bring_level(table, plan, rebuild=rebuild, started=started)
+        manifests = regions.result() if regions is not None else None
     results += [
         IndexCatchupResult(p.index, "none", dict(p.lag), dict(p.lag), 0.0)
         for p in plan.indexes
         if not p.behind
     ]
-    listing = update_maintained_list(table)
+    listing = update_maintained_list(table, dataset=dataset, regions=manifests)
     after = max(version, listing.table_version or version)
     return CatchupResult(
         table=table.uri,

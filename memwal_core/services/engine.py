@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple, TypeVar
 from memwal_core.arguments import Amount, Count, check_fields, checked
 from memwal_core.errors import BadInputError, EngineJobError, MemwalError, first_line
 from memwal_core.services.defaults import DEFAULT_SPARK_MIN_BYTES, DEFAULT_SPARK_MIN_ROWS, ENGINES
+from memwal_core.storage.object_store import map_waiting
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -93,7 +94,9 @@ class LocalEngine(Engine):
         if not items:
             return []
         try:
-            with ThreadPoolExecutor(min(max(self.threads, waiting or 0), len(items))) as pool:
+            if waiting is not None and waiting > self.threads:
+                return map_waiting(task, items, waiting)  # tasks that wait on storage: the I/O pool
+            with ThreadPoolExecutor(min(self.threads, len(items))) as pool:
                 return list(pool.map(task, items))
         except MemwalError:
             raise

@@ -79,9 +79,11 @@ def _generation_indexes(table: MemWalTable, region: str, path: str) -> set[str] 
         return None
 
 
-def _readable_regions(
-    table: MemWalTable, details: IndexDetails
-) -> tuple[dict[str, RegionManifest | None], list[Failure]]:
+# Every region's latest manifest (None: no manifest yet), and the regions whose manifest cannot be read.
+RegionManifests = tuple[dict[str, RegionManifest | None], list[Failure]]
+
+
+def read_region_manifests(table: MemWalTable, details: IndexDetails) -> RegionManifests:
     """Every region's latest manifest, and the error of each region whose manifest cannot be read."""
     hints = snapshot_hints(table, details)
 
@@ -103,16 +105,16 @@ def _readable_regions(
 
 
 def uncovered_generations(
-    table: MemWalTable, details: IndexDetails, names: list[str]
+    table: MemWalTable, details: IndexDetails, names: list[str], regions: RegionManifests | None = None
 ) -> tuple[Uncovered, list[Failure]]:
     """For each of `names`, the flushed generations above `min(merged, caught_up)` that lack it,
     and the regions whose manifest cannot be read (where coverage is unknown).
 
-    Every such generation is opened once, in parallel.
+    `regions`: the region manifests if read already. Every such generation is opened once, in parallel.
     """
     if not names:
         return {}, []
-    manifests, unreadable = _readable_regions(table, details)
+    manifests, unreadable = regions if regions is not None else read_region_manifests(table, details)
     visits: list[tuple[str, int, str, list[str]]] = []
     for region, manifest in sorted(manifests.items()):
         for g in manifest.generations if manifest is not None else ():
@@ -133,9 +135,9 @@ def uncovered_generations(
     return {name: found[name] for name in names if name in found}, unreadable
 
 
-def _read(table: MemWalTable) -> tuple[Any, IndexDetails, MaintainedIndexes]:
-    """The latest dataset, its details and the rule's answer, all at one version."""
-    dataset = table.dataset()
+def _read(table: MemWalTable, dataset: Any = None) -> tuple[Any, IndexDetails, MaintainedIndexes]:
+    """The latest dataset (or `dataset`), its details and the rule's answer, all at one version."""
+    dataset = dataset if dataset is not None else table.dataset()
     details = table.index_details(dataset.version)
     return dataset, details, read_maintained(table, details, dataset)
 
@@ -145,15 +147,23 @@ def _target(rule: MaintainedIndexes, held_back: set[str]) -> tuple[str, ...]:
     return tuple(name for name in rule.wanted_list if name not in held_back)
 
 
-def update_maintained_list(table: MemWalTable, *, dry_run: bool = False) -> ListUpdate:
+def update_maintained_list(
+    table: MemWalTable,
+    *,
+    dry_run: bool = False,
+    dataset: Any = None,
+    regions: RegionManifests | None = None,
+) -> ListUpdate:
     """Rewrite the list when the rule finds it outdated.
 
     Coverage is read without the lease (it opens every generation a new index
     must cover); under the lease the rule is read again, and an index created
-    meanwhile waits for the next run.
+    meanwhile waits for the next run. `dataset` (the latest version, open
+    already) and `regions` (the region manifests, read already) save reading
+    them again.
     """
-    _dataset, details, rule = _read(table)
-    waiting, unreadable = uncovered_generations(table, details, rule.list_added)
+    _dataset, details, rule = _read(table, dataset)
+    waiting, unreadable = uncovered_generations(table, details, rule.list_added, regions)
     checked = set(rule.list_added)
     held_back = set(waiting) | (checked if unreadable else set())
     target = _target(rule, held_back)

@@ -20,7 +20,7 @@ import obstore
 
 from memwal_core.errors import AlreadyExistsError, NotFoundError, StorageError
 from memwal_core.storage.limits import TimeLimits
-from memwal_core.storage.object_store import ObjectInfo, ObjectStore, join_path
+from memwal_core.storage.object_store import ObjectInfo, ObjectStore, join_path, start_io_threads
 from memwal_core.storage.options import DEFAULT_CONCURRENT_REQUESTS, StorageOptions
 from memwal_core.storage.retry import RetryPolicy
 
@@ -47,6 +47,8 @@ _CODE = re.compile(r"<Code>([^<]+)</Code>")
 _CREDENTIAL_SECONDS = 300.0
 # What obstore raises for a failed request (a missing object is Python's own FileNotFoundError).
 _OBSTORE_ERRORS = (obstore.exceptions.BaseError, FileNotFoundError)
+# What obstore raises for a missing object (a 404 may also come as another error with its status).
+_MISSING = (FileNotFoundError, obstore.exceptions.NotFoundError)
 # Keys listed per page by S3; a listing that may stop early takes them a page at a time.
 _PAGE = 1000
 
@@ -60,7 +62,7 @@ class _Failure:
         code = _CODE.search(text)
         self.status = int(status.group(1)) if status else None
         self.code = code.group(1) if code else ""
-        self.not_found = isinstance(exc, FileNotFoundError) or self.status == 404
+        self.not_found = isinstance(exc, _MISSING) or self.status == 404
         self.exists = isinstance(
             exc, obstore.exceptions.AlreadyExistsError | obstore.exceptions.PreconditionError
         )
@@ -197,6 +199,7 @@ class S3Store(ObjectStore):
             endpoint = f"{scheme}://{endpoint}"
         self.endpoint = endpoint
         self._s3 = _client(bucket, self.prefix, options, endpoint, parallelism, self.limits)
+        start_io_threads(parallelism)
 
     def _call(self, kind: str, path: str, call: Callable[[], T]) -> T:
         """One request, retried while its failure is transient; obstore's errors become memwal's (never quoted:
@@ -264,7 +267,7 @@ class S3Store(ObjectStore):
             # without the error path's parsing and message redaction, which cost more than the request.
             try:
                 return obstore.head(self._s3, path)
-            except (FileNotFoundError, obstore.exceptions.NotFoundError):
+            except _MISSING:
                 return None
 
         try:
@@ -278,6 +281,12 @@ class S3Store(ObjectStore):
             return any(len(chunk) > 0 for chunk in obstore.list(self._s3, path or None, chunk_size=1))
 
         return self._call("list", path, first_page)
+
+    def check_reachable(self) -> None:
+        # One level, not `is_dir`'s recursive page: that walks the whole tree below the table on some
+        # stores (60 ms on SeaweedFS at 1,000 regions). A one-level listing is no answer to `is_dir`
+        # there: SeaweedFS lists a directory emptied of its objects as a common prefix.
+        self._call("list", "", lambda: obstore.list_with_delimiter(self._s3, None))
 
     def list_dirs(self, path: str) -> list[str]:
         found = self._call("list", path, lambda: obstore.list_with_delimiter(self._s3, path or None))

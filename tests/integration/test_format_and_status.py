@@ -22,7 +22,9 @@ from memwal_core.demo import DemoLog, write_demo_table
 from memwal_core.format.index_details import read_index_details
 from memwal_core.format.naming import table_manifest_name
 from memwal_core.format.proto import memwal_pb2 as pb
+from memwal_core.model import table as table_module
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
 from tests.support.tables import independent_latest_manifest
 
@@ -62,6 +64,35 @@ def test_index_details_round_trip_and_match_lance(demo: tuple[Path, DemoLog]) ->
     assert details.maintain_all_indexes == config["maintain_all_indexes"]
     assert list(details.maintained_indexes) == config["maintained_indexes"]
     assert details.num_regions == config["num_shards"]
+
+
+def test_a_versions_details_are_read_once_and_only_the_latest_versions_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "table"
+    write_demo_table(str(path), base_rows=100, regions=2, rounds=1, rows_per_generation=20)
+    with MemWalTable.open(str(path)) as merging:
+        assert merge(merging).new_version is not None  # a second version with MemWAL details
+    table = MemWalTable(str(path))
+    latest = table.latest_version()
+    reads = table.store.stats
+    reads.reset()
+    first = table.index_details(latest)
+    assert table.index_details(latest) is first and table.index_details() is first
+    assert reads.snapshot().get("get") == 1, reads.snapshot()
+
+    monkeypatch.setattr(table_module, "DETAILS_KEPT", 1)
+    reads.reset()
+    older = table.index_details(latest - 1)  # evicts the latest: one version kept
+    assert older.table_version == latest - 1
+    assert table.index_details(latest).raw == first.raw
+    assert table.index_details(latest).raw == first.raw
+    assert reads.snapshot().get("get") == 2, reads.snapshot()
+
+    table.close()
+    reads.reset()
+    table.index_details(latest)
+    assert reads.snapshot().get("get") == 1, "close() keeps no details"
 
 
 def test_status_equals_the_region_manifests(demo: tuple[Path, DemoLog]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence, Set
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
@@ -169,11 +170,14 @@ class BatchMerge:
 
     def run(self, index: int, batch: Sequence[RegionMergePlan]) -> BatchOutcome:
         outcome = BatchOutcome()
-        leases = self._hold(batch, outcome)
+        with ThreadPoolExecutor(max_workers=1) as side:
+            # The table's columns (Lance opens its latest version) are read while the leases are taken.
+            columns = side.submit(self._table_fields)
+            leases = self._hold(batch, outcome)
         try:
             held = [p for p in batch if p.region in leases]
             if held:
-                self._merge(index, held, leases, outcome)
+                self._merge(index, held, leases, outcome, columns)
         finally:
             self.table.store.map(lambda lease: lease.release(), list(leases.values()))
         return outcome
@@ -202,15 +206,23 @@ class BatchMerge:
                 held[region] = got
         return held
 
+    def _table_fields(self) -> TableFields:
+        return TableFields.of(self.table.dataset())
+
     def _collapse(
-        self, plans: Sequence[RegionMergePlan], sources: _Sources, outcome: BatchOutcome
+        self,
+        plans: Sequence[RegionMergePlan],
+        sources: _Sources,
+        outcome: BatchOutcome,
+        columns: Future[TableFields] | None = None,
     ) -> set[str]:
         """Collapse `plans` into a new part of `sources`; the regions that collapsed.
 
         The part is held in memory when the engine runs here, staged in the
         table's storage when it is remote (its tasks run in other processes).
+        `columns`: the table's columns, being read already (else read now).
         """
-        fields = TableFields.of(self.table.dataset())
+        fields = columns.result() if columns is not None else self._table_fields()
         collapse = collapse_staged if self.engine.remote else collapse_in_process
         try:
             part: BatchCollapse = collapse(
@@ -254,13 +266,18 @@ class BatchMerge:
                 included.discard(region)
 
     def _merge(
-        self, index: int, held: list[RegionMergePlan], leases: dict[str, Lease], outcome: BatchOutcome
+        self,
+        index: int,
+        held: list[RegionMergePlan],
+        leases: dict[str, Lease],
+        outcome: BatchOutcome,
+        columns: Future[TableFields],
     ) -> None:
         plans = {p.region: p for p in held}
         sources = _Sources()
         started = time.perf_counter()
         try:
-            included = self._collapse(held, sources, outcome)
+            included = self._collapse(held, sources, outcome, columns)
             self._refuse_shared_keys(included, sources, outcome)
             collapsed_at = time.perf_counter()
             replans = 0

@@ -155,9 +155,9 @@ def plan_merge(
     """Plan the merge of every pending generation (or of the named regions only)."""
     if max_generations is not None and max_generations < 1:
         raise BadInputError(f"--max-generations must be at least 1, not {max_generations}")
-    dataset = table.dataset()
-    details = table.index_details(dataset.version)
-    primary_key = tuple(table.primary_key)
+    version = table.latest_version()
+    details = table.index_details(version)
+    primary_key = details.primary_key
     if not primary_key:
         raise CorruptMetadataError(f"table {table.uri} has no primary key; merges need one")
     wanted = sorted(set(regions)) if regions is not None else None
@@ -186,7 +186,7 @@ def plan_merge(
             failures.append(Failure.of(outcome, region))
         elif outcome is not None:
             plans.append(outcome)
-    return MergePlan(table.uri, dataset.version, primary_key, tuple(measured(table, plans)), tuple(failures))
+    return MergePlan(table.uri, version, primary_key, tuple(measured(table, plans)), tuple(failures))
 
 
 def _measure(table: MemWalTable, source: GenerationSource) -> GenerationSource:

@@ -13,6 +13,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from memwal_core.arguments import Count, Seconds, checked
@@ -28,6 +29,7 @@ from memwal_core.services.merge.commit import check_commit_form
 from memwal_core.services.merge.plan import MergePlan, RegionMergePlan, plan_merge
 from memwal_core.services.merge.result import BatchResult, MergeResult, RegionMergeResult
 from memwal_core.services.outcome import recorded
+from memwal_core.storage.lance_datasets import load_lance_meanwhile
 from memwal_core.storage.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -92,7 +94,12 @@ def merge(
     budget = budget or MergeBudget.default()
     retry = retry or RetryPolicy(attempts=5, base_delay=0.2, max_delay=5.0)
     started = time.perf_counter()
-    plan = plan_merge(table, regions=regions, max_generations=max_generations)
+    if not dry_run:
+        load_lance_meanwhile()  # while the round plans and takes its leases: its batches open generations
+    with ThreadPoolExecutor(max_workers=1) as side:
+        # A round with work first checks the details lease every commit takes: beside the plan.
+        details_lease = None if dry_run else side.submit(check_details_lease, table.store, ttl=lease_ttl)
+        plan = plan_merge(table, regions=regions, max_generations=max_generations)
     engine, engine_reason = engine.for_round(
         sum(p.rows for p in plan.regions), sum(p.bytes for p in plan.regions)
     )
@@ -103,8 +110,8 @@ def merge(
     busy: list[str] = []
     deferred: list[str] = []
     if not dry_run:
-        if plan.regions:
-            check_details_lease(table.store, ttl=lease_ttl)
+        if plan.regions and details_lease is not None:
+            details_lease.result()
         merger = BatchMerge(
             table,
             plan.primary_key,

@@ -17,6 +17,7 @@ from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.naming import region_snapshot_path
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.table import MemWalTable
+from memwal_core.storage.lance_datasets import load_lance_meanwhile
 
 if TYPE_CHECKING:
     from memwal_core.format.region_snapshot import RegionSnapshotRow
@@ -65,6 +66,7 @@ def read_stored_snapshot(
         data = details.to_proto().inline_snapshots
         where = f"inline in {table.uri} version {details.table_version}"
     elif details.snapshot_ts_millis:
+        load_lance_meanwhile()  # the file is a Lance file: its import overlaps finding and reading it
         path = region_snapshot_path(_writing_commit(table, details, limit=walk_limit).index_uuid)
         where = table.store.describe(path)
         try:
