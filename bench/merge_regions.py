@@ -11,11 +11,14 @@ each final table checked against a model of the writes:
   (p) the per-region floor: one marked merge_insert per region of rows collapsed in advance
   (f) the round floor: ONE marked merge_insert of every region's rows collapsed in advance
       (the single form, as issue-era merges committed; memwal may choose the faster two-step form)
+  (c) with --cli: the `memwal` command, as an operator runs it: `memwal merge`'s wall minus
+      `memwal status`'s on the same backlog (the round's own work, its start and its reads
+      of the table subtracted), each a whole process
 Prints medians and the ratios (a)/(f) (aim <= 1.5), (p)/(a) (aim >= 10 at 256
-regions) and (b)/(a) (aim <= 1.5).
+regions), (b)/(a) (aim <= 1.5) and (c)/(f) (aim <= 1.5).
 
 Usage: python bench/merge_regions.py [--case wide|deep|narrow|both] [--repeats 3] [--floor-repeats 1]
-       [--base-rows 4000000] [--skip-spark] [--dir DIR]
+       [--base-rows 4000000] [--skip-spark] [--cli] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +53,7 @@ from memwal_core.services.merge.commit import CommitPlan, commit_batch, commit_r
 from memwal_core.services.merge.plan import plan_merge
 from memwal_core.services.merge.service import merge
 
+ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = pa.schema(
     [
         pa.field("id", pa.int64(), False, metadata={"lance-schema:unenforced-primary-key": "true"}),
@@ -121,6 +126,28 @@ def timed(uri: str, version: int, model: Model, label: str, run: Callable[[], No
     return statistics.median(seconds)
 
 
+def command_seconds(*args: str) -> float:
+    """Wall seconds of one `memwal` command, a process of its own."""
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "memwal_core.cli.main", *args], cwd=ROOT, check=True, capture_output=True
+    )
+    return time.perf_counter() - started
+
+
+def cli_work(uri: str, version: int, model: Model, repeats: int) -> tuple[float, float, float]:
+    """Medians of `memwal merge`, `memwal status` and merge minus status, each pair on the same backlog."""
+    merges, statuses, work = [], [], []
+    for _ in range(repeats):
+        restored: Any = lance.dataset(uri, version=version)
+        restored.restore()
+        statuses.append(command_seconds("status", uri))
+        merges.append(command_seconds("merge", uri))
+        work.append(merges[-1] - statuses[-1])
+        model.check(uri, "c")
+    return statistics.median(merges), statistics.median(statuses), statistics.median(work)
+
+
 def collapsed_in_advance(uri: str) -> dict[str, tuple[int, pa.Table, pa.Table]]:
     """Every region's (target generation, live rows, deleted keys), collapsed before any timing."""
     with MemWalTable.open(uri) as table:
@@ -174,6 +201,9 @@ def run_case(name: str, args: argparse.Namespace, spark: Engine | None, workdir:
     }
     if spark is not None:
         results["b spark"] = timed(uri, version, model, "b", memwal(spark), args.repeats)
+    if args.cli:
+        merged, status, results["c merge-status"] = cli_work(uri, version, model, args.repeats)
+        print(f"  memwal merge {merged:.2f} s, memwal status {status:.2f} s (medians, whole processes)")
     results["p region floor"] = timed(uri, version, model, "p", region_floor, args.floor_repeats)
     for label, seconds in results.items():
         print(f"  ({label:<14}) {seconds:8.2f} s")
@@ -181,7 +211,9 @@ def run_case(name: str, args: argparse.Namespace, spark: Engine | None, workdir:
     line = f"  ratios: (a)/(f) {a / f:.2f} (aim <= 1.5)   (p)/(a) {p / a:.1f} (aim >= 10 at 256 regions)"
     if "b spark" in results:
         line += f"   (b)/(a) {results['b spark'] / a:.2f} (aim <= 1.5)"
-    print(line, flush=True)
+    if "c merge-status" in results:
+        line += f"   (c)/(f) {results['c merge-status'] / f:.2f} (aim <= 1.5)"
+    print(f"{line}   (load {os.getloadavg()[0]:.1f})", flush=True)
     shutil.rmtree(uri, ignore_errors=True)
 
 
@@ -192,6 +224,7 @@ def main() -> None:
     parser.add_argument("--floor-repeats", type=int, default=1, help="repeats of (p), the slowest strategy")
     parser.add_argument("--base-rows", type=int, default=4_000_000)
     parser.add_argument("--skip-spark", action="store_true")
+    parser.add_argument("--cli", action="store_true", help="also time the memwal command: merge minus status")
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     args = parser.parse_args()
     spark = None if args.skip_spark else spark_engine()
