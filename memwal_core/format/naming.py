@@ -34,6 +34,8 @@ STAGING_DIR = "_memwal_staging"
 LEASE_DIR = "_memwal_leases"
 # The last outcome of each maintenance service (model/outcomes.py), read by `memwal metrics`.
 OUTCOME_DIR = "_memwal_outcomes"
+# memwal's copy of the last region snapshot's versions (model/region_versions.py).
+REGION_VERSIONS_FILE = "_memwal_hints/region_versions.json"
 
 # A flushed generation's directory: `{8 hex chars}_gen_{g}`.
 _GENERATION_DIR = re.compile(r"^[0-9a-f]{8}_gen_(\d+)$")

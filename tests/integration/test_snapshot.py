@@ -6,6 +6,8 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -20,7 +22,7 @@ from lance.mem_wal import CompactedSsTable, evaluate_sharding_spec
 
 from memwal_core.cli.main import main
 from memwal_core.demo import DEMO_SCHEMA, write_demo_table
-from memwal_core.format.naming import parse_bitrev64, wal_entry_name
+from memwal_core.format.naming import REGION_VERSIONS_FILE, parse_bitrev64, wal_entry_name
 from memwal_core.format.region_snapshot import RegionSnapshotRow
 from memwal_core.model.details_commit import (
     progress_regressions,
@@ -31,7 +33,7 @@ from memwal_core.model.details_lease import details_lease
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.merge.service import merge
 from memwal_core.services.snapshot.service import SnapshotResult, build_snapshot
-from memwal_core.services.snapshot.stored import read_stored_snapshot
+from memwal_core.services.snapshot.stored import read_stored_snapshot, snapshot_hints
 from memwal_core.services.status import status
 from tests.support.regions import write_regions
 from tests.support.tables import (
@@ -134,6 +136,52 @@ def test_file_snapshot_of_150_regions_and_hint_refresh(tmp_path: Path) -> None:
         manifest = independent_latest_manifest(tmp_path / "t", regions[0])
         assert manifest.wal_entry_position_last_seen == 4 and manifest.writer_epoch == 1
         assert build_snapshot(table).stale_wal_hints == 0
+
+
+# `memwal status` in a process of its own; prints whether it loaded Lance.
+STATUS_PROBE = """
+import json, sys
+from memwal_core.cli.main import main
+assert main(["status", "--json", sys.argv[1]]) == 0
+print("lance loaded" if "lance" in sys.modules else "no lance", file=sys.stderr)
+"""
+
+
+def status_loads_lance(uri: str) -> bool:
+    done = subprocess.run(
+        [sys.executable, "-c", STATUS_PROBE, uri], capture_output=True, text=True, check=True
+    )
+    assert len(json.loads(done.stdout)["regions"]) == 5
+    return done.stderr.strip().endswith("lance loaded")
+
+
+def test_the_snapshot_versions_are_read_without_lance_from_memwals_copy(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    lance.write_dataset(pa.table({"id": [1], "name": ["x"], "score": [1.0]}, schema=DEMO_SCHEMA), uri)
+    lance.dataset(uri).initialize_mem_wal()
+    write_regions(uri, {}, 5, versions=3)
+    copy = tmp_path / "t" / REGION_VERSIONS_FILE
+    with MemWalTable.open(uri) as table:
+        result = build_snapshot(table, inline_threshold=0)  # a snapshot file: Lance decodes it
+        details = table.index_details()
+        recorded = {r.region: r.version for r in read_stored_snapshot(table, details).rows}
+        assert result.storage == "file" and set(recorded.values()) == {3}
+        assert json.loads(copy.read_bytes()) == {
+            "snapshot_ts_millis": details.snapshot_ts_millis,
+            "regions": dict(sorted(recorded.items())),
+        }
+        assert snapshot_hints(table, details) == recorded
+    assert not status_loads_lance(uri)
+
+    # A copy of another snapshot, or one that does not parse, is passed over for the snapshot itself.
+    copy.write_text(json.dumps({"snapshot_ts_millis": 1, "regions": dict.fromkeys(recorded, 99)}))
+    with MemWalTable.open(uri) as table:
+        assert snapshot_hints(table, table.index_details()) == recorded
+    copy.write_bytes(b"{not json")
+    with MemWalTable.open(uri) as table:
+        assert snapshot_hints(table, table.index_details()) == recorded
+    copy.unlink()
+    assert status_loads_lance(uri)
 
 
 @pytest.mark.parametrize("mode", ["bucket", "identity"])

@@ -25,6 +25,7 @@ from memwal_core.format.region_snapshot import encode, region_field_types, to_ar
 from memwal_core.model.details_commit import ProgressRepair, commit_details
 from memwal_core.model.details_lease import DEFAULT_DETAILS_LEASE_TTL, details_lease
 from memwal_core.model.outcomes import SNAPSHOT
+from memwal_core.model.region_versions import write_region_versions
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.defaults import DEFAULT_INLINE_THRESHOLD
 from memwal_core.services.outcome import recorded
@@ -139,6 +140,7 @@ def build_snapshot(
                     table.store.delete(path)
 
         commit = commit_details(table, lease, dataset, message, new_uuid, undo=undo)
+    write_region_versions(table.store, plan.read_at_millis, {r.region: r.version for r in rows})
     finished = time.perf_counter()
     return SnapshotResult(
         table=table.uri,

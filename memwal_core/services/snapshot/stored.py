@@ -16,6 +16,7 @@ from memwal_core.errors import MemwalError, MemWalNotEnabledError, NotFoundError
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.naming import region_snapshot_path
 from memwal_core.format.regions import RegionManifest
+from memwal_core.model.region_versions import read_region_versions
 from memwal_core.model.table import MemWalTable
 from memwal_core.storage.lance_datasets import load_lance_meanwhile
 
@@ -89,7 +90,12 @@ def snapshot_hints(table: MemWalTable, details: IndexDetails) -> dict[str, int]:
 
     Only hints (`MemWalTable.read_regions` verifies each with one HEAD), so any snapshot that
     cannot be read cheaply gives none: every region then reads its version hint file instead.
+    memwal's copy of the snapshot's versions is read first: it needs no Lance to decode.
     """
+    if details.snapshot_ts_millis:
+        copied = read_region_versions(table.store, details.snapshot_ts_millis)
+        if copied is not None:
+            return copied
     try:
         stored = read_stored_snapshot(table, details, walk_limit=HINT_WALK_LIMIT)
     except MemwalError:
