@@ -167,7 +167,8 @@ def cached_table(cache: Path, regions: int) -> Path:
     from memwal_core.model.table import MemWalTable
     from memwal_core.services.snapshot.service import build_snapshot
 
-    path = cache / f"regions-{regions}-snapshot"
+    # "-2": with memwal's copy of the snapshot's versions (a cache built before it has none).
+    path = cache / f"regions-{regions}-snapshot-2"
     if (path / "_versions").is_dir():
         return path
     started = time.perf_counter()
