@@ -16,6 +16,13 @@ an expired record: a live holder renews at least every `ttl / 3`, each renewal
 a new record, so a newest record older than a TTL has no live holder. While
 it counts as held, the lease fails with CorruptMetadataError naming the
 object and the time it frees; the takeover is logged with the object's path.
+
+A holder may name the progress at which its work is done (`done_at`: a
+merge's target generation). A taker that has read progress at or past it
+(`progress`: the region's merged generation when its plan was read) finds the
+lease free: that work has landed, so the holder, if it still runs, has
+nothing left to do under it. A merge therefore gives back no lease of a
+region it committed (a PUT per region saved); it gives back every other.
 """
 
 from __future__ import annotations
@@ -50,9 +57,14 @@ class LeaseRecord:
     expires_at: float
     # Decoded from nothing: an undecodable record past its TTL (see the module docstring).
     unreadable: bool = False
+    # The progress at which the holder's work is done, if it named one (see the module docstring).
+    done_at: int | None = None
 
-    def live(self, now: float) -> bool:
-        """Held, unexpired, and not by a process of this host that has died (e.g. kill -9)."""
+    def live(self, now: float, progress: int | None = None) -> bool:
+        """Held, unexpired, not done by the `progress` the caller read, and not by a process of this
+        host that has died (e.g. kill -9)."""
+        if self.done_at is not None and progress is not None and progress >= self.done_at:
+            return False
         return self.owner is not None and self.expires_at > now and not _dead_local_owner(self.owner)
 
 
@@ -64,8 +76,10 @@ def decode_record(seq: int, raw: bytes) -> LeaseRecord | None:
         return None
     if not isinstance(data, dict):
         return None
-    owner, expires_at = data.get("owner"), data.get("expires_at")
+    owner, expires_at, done_at = data.get("owner"), data.get("expires_at"), data.get("done_at")
     if not (owner is None or isinstance(owner, str)):
+        return None
+    if done_at is not None and (isinstance(done_at, bool) or not isinstance(done_at, int)):
         return None
     if (
         isinstance(expires_at, bool)
@@ -73,7 +87,7 @@ def decode_record(seq: int, raw: bytes) -> LeaseRecord | None:
         or not math.isfinite(expires_at)
     ):
         return None
-    return LeaseRecord(seq, owner, float(expires_at))
+    return LeaseRecord(seq, owner, float(expires_at), done_at=done_at)
 
 
 def _owner_id() -> str:
@@ -100,12 +114,27 @@ def _dead_local_owner(owner: str) -> bool:
 
 
 class Lease:
-    """One named lease (e.g. `merge-{region}`) held by this process."""
+    """One named lease (e.g. `merge-{region}`) held by this process.
 
-    def __init__(self, store: ObjectStore, name: str, *, ttl: float = 300.0) -> None:
+    `done_at`: the progress at which this holder's work is done, written in its
+    records; `progress`: the progress the caller read, which frees a holder done
+    by then (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        name: str,
+        *,
+        ttl: float = 300.0,
+        done_at: int | None = None,
+        progress: int | None = None,
+    ) -> None:
         self.store = store
         self.name = name
         self.ttl = ttl
+        self.done_at = done_at
+        self.progress = progress
         self.owner = _owner_id()
         self.dir = f"{LEASE_DIR}/{name}"
         self.held: LeaseRecord | None = None
@@ -146,16 +175,19 @@ class Lease:
         return LeaseRecord(seq, None, frees_at, unreadable=True)
 
     def _write(self, seq: int, owner: str | None, expires_at: float) -> LeaseRecord:
-        payload = json.dumps({"owner": owner, "expires_at": expires_at, "written_at": time.time()})
-        self.store.put_if_not_exists(self._path(seq), payload.encode())
-        return LeaseRecord(seq, owner, expires_at)
+        done_at = self.done_at if owner is not None else None
+        record: dict[str, object] = {"owner": owner, "expires_at": expires_at, "written_at": time.time()}
+        if done_at is not None:
+            record["done_at"] = done_at
+        self.store.put_if_not_exists(self._path(seq), json.dumps(record).encode())
+        return LeaseRecord(seq, owner, expires_at, done_at=done_at)
 
     def try_acquire(self) -> bool:
         """Take the lease if it is free or expired; False if a live holder has it."""
         stored = self._stored()
         current = self._read_latest(stored)
         now = time.time()
-        if current is not None and current.live(now) and current.owner != self.owner:
+        if current is not None and current.live(now, self.progress) and current.owner != self.owner:
             return False
         seq = current.seq + 1 if current else 1
         try:
@@ -195,11 +227,15 @@ class Lease:
                 f"lease {self.name} of {self.store.uri} was taken over by another holder"
             ) from None
 
+    def due(self) -> bool:
+        """Whether `ensure` has anything to do: the lease is not held, or a third of its TTL has passed."""
+        return self.held is None or self.held.expires_at - time.time() < self.ttl * 2 / 3
+
     def ensure(self) -> None:
         """Renew if a third of the TTL has passed; call before every irreversible step."""
         if self.held is None:
             raise LeaseLostError(f"lease {self.name} is not held")
-        if self.held.expires_at - time.time() < self.ttl * 2 / 3:
+        if self.due():
             self.renew()
 
     def release(self) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -30,6 +29,7 @@ from memwal_core.model.indexes import read_maintained
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.index_list import ListUpdate, read_region_manifests, update_maintained_list
 from memwal_core.services.result import NOT_IN_JSON, ServiceResult
+from memwal_core.storage.object_store import side_call
 
 if TYPE_CHECKING:
     import lance
@@ -246,12 +246,11 @@ def catchup(
             plan=plan,
             maintained_list=update_maintained_list(table, dry_run=True),
         )
-    with ThreadPoolExecutor(max_workers=1) as side:
-        # A list gaining an index needs every region's manifest: they are read while Lance updates the indexes.
-        details = table.index_details(plan.table_version)
-        regions = side.submit(read_region_manifests, table, details) if plan.list_added else None
+    # A list gaining an index needs every region's manifest: they are read while Lance updates the indexes.
+    details = table.index_details(plan.table_version)
+    with side_call(lambda: read_region_manifests(table, details) if plan.list_added else None) as regions:
         dataset, version, results = _bring_level(table, plan, rebuild=rebuild, started=started)
-        manifests = regions.result() if regions is not None else None
+    manifests = regions.result()
     results += [
         IndexCatchupResult(p.index, "none", dict(p.lag), dict(p.lag), 0.0)
         for p in plan.indexes

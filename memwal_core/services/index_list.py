@@ -37,7 +37,7 @@ from memwal_core.model.details_lease import details_lease
 from memwal_core.model.indexes import MaintainedIndexes, read_maintained
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.result import Failure
-from memwal_core.services.snapshot.stored import snapshot_hints
+from memwal_core.services.snapshot.stored import regions_and_hints
 from memwal_core.storage.lance_datasets import open_dataset
 
 
@@ -85,7 +85,7 @@ RegionManifests = tuple[dict[str, RegionManifest | None], list[Failure]]
 
 def read_region_manifests(table: MemWalTable, details: IndexDetails) -> RegionManifests:
     """Every region's latest manifest, and the error of each region whose manifest cannot be read."""
-    hints = snapshot_hints(table, details)
+    ids, hints = regions_and_hints(table, details)
 
     def read(region: str) -> RegionManifest | MemwalError | None:
         try:
@@ -95,7 +95,6 @@ def read_region_manifests(table: MemWalTable, details: IndexDetails) -> RegionMa
 
     manifests: dict[str, RegionManifest | None] = {}
     unreadable: list[Failure] = []
-    ids = table.region_ids()
     for region, found in zip(ids, table.store.map(read, ids), strict=True):
         if isinstance(found, MemwalError):
             unreadable.append(Failure.of(found, region))

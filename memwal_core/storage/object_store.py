@@ -13,8 +13,9 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -86,6 +87,14 @@ def map_waiting(fn: Callable[[T], R], items: Sequence[T], size: int) -> list[R]:
     if len(items) <= 1 or threading.current_thread().name.startswith(_POOL_PREFIX):
         return [fn(item) for item in items]
     return list(_POOLS.get(size).map(fn, items))
+
+
+@contextmanager
+def side_call(call: Callable[[], T]) -> Iterator[Future[T]]:
+    """Run `call` on a thread of its own while the body runs (its future; left only once it is done):
+    two waits on storage that do not depend on each other overlap instead of adding up."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memwal-side") as side:
+        yield side.submit(call)
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,8 @@ def test_old_records_are_pruned_and_a_quiet_lease_deletes_nothing(
         b'{"owner": "h:1:a", "expires_at": Infinity}',
         b'{"owner": "h:1:a", "expires_at": NaN}',
         b'{"owner": "h:1:a", "expires_at": 1e300}',
+        b'{"owner": "h:1:a", "expires_at": 1, "done_at": "5"}',
+        b'{"owner": "h:1:a", "expires_at": 1, "done_at": true}',
     ],
     ids=[
         "garbled",
@@ -128,6 +130,8 @@ def test_old_records_are_pruned_and_a_quiet_lease_deletes_nothing(
         "expiry-infinite",
         "expiry-nan",
         "expiry-centuries-away",
+        "done-at-a-string",
+        "done-at-a-boolean",
     ],
 )
 def test_an_unreadable_record_is_held_for_one_ttl_from_its_write_then_taken_over_by_one(
@@ -165,3 +169,23 @@ def test_a_record_expiring_within_a_day_of_its_write_is_a_record(tmp_path: Path)
         json.dumps({"owner": "another-host:1:cafe", "expires_at": time.time() + 20 * 3600}).encode(),
     )
     assert not Lease(store, "merge-l", ttl=60).try_acquire(), "a long lease of a live holder is kept"
+
+
+def test_a_holder_done_by_the_progress_read_frees_its_lease(tmp_path: Path) -> None:
+    """A merge names the generation it merges up to; once a taker has read progress there, the lease
+    is free without a release, and not before; a holder that named nothing keeps it whatever the
+    progress."""
+    store = open_store(str(tmp_path), StorageOptions())
+    holder = Lease(store, "merge-d", ttl=60, done_at=5, progress=3).acquire()
+    assert holder.held is not None and holder.held.done_at == 5
+    assert not Lease(store, "merge-d", ttl=60, progress=4).try_acquire(), "its work has not landed"
+    assert not Lease(store, "merge-d", ttl=60).try_acquire(), "a taker that read nothing waits"
+    taker = Lease(store, "merge-d", ttl=60, done_at=9, progress=5)
+    assert taker.try_acquire(), "progress reached the holder's target"
+    with pytest.raises(LeaseLostError):
+        holder.renew()
+    holder.release()  # it knows it lost the lease: its give-back writes nothing
+    assert taker.latest() == taker.held and taker.held is not None and taker.held.done_at == 9
+
+    Lease(store, "merge-e", ttl=60).acquire()
+    assert not Lease(store, "merge-e", ttl=60, progress=1_000).try_acquire()

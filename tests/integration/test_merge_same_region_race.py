@@ -98,3 +98,22 @@ def test_region_held_by_another_merger_is_skipped_not_failed(tmp_path: Path) -> 
         done = merge(opened)
         assert [r.region for r in done.regions] == [region]
     table.assert_merged()
+
+
+def test_a_committed_region_gives_no_lease_back_and_its_next_merger_is_not_held(tmp_path: Path) -> None:
+    """The commit ends a region's lease: its record names the generation merged, which frees it for a
+    merger that read that progress, and still holds off one that planned before the commit."""
+    table = ModelTable(tmp_path / "t", SCHEMA, ["id"], [{"id": i, "v": "base"} for i in range(10)])
+    region = table.write(None, [("put", [{"id": 50, "v": "x"}])], memtable_rows=5)
+    table.write(region, [("put", [{"id": 51, "v": "y"}])], memtable_rows=5)
+    with MemWalTable.open(table.uri) as opened:
+        first = merge(opened, max_generations=1)
+        assert [r.merged_generations for r in first.regions] == [[1]]
+        record = Lease(opened.store, f"merge-{region}").latest()
+        assert record is not None and record.owner is not None and record.done_at == 1
+        assert not Lease(opened.store, f"merge-{region}", ttl=60, progress=0).try_acquire()
+        second = merge(opened)
+        assert [r.merged_generations for r in second.regions] == [[2]] and not second.busy_regions
+        record = Lease(opened.store, f"merge-{region}").latest()
+        assert record is not None and record.done_at == 2
+    table.assert_merged()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence, Set
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
@@ -55,6 +55,7 @@ from memwal_core.services.merge.plan import RegionMergePlan
 from memwal_core.services.merge.result import BatchResult, RegionMergeResult
 from memwal_core.services.merge.staged import collapse_staged
 from memwal_core.services.result import Failure
+from memwal_core.storage.object_store import side_call
 from memwal_core.storage.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -170,16 +171,18 @@ class BatchMerge:
 
     def run(self, index: int, batch: Sequence[RegionMergePlan]) -> BatchOutcome:
         outcome = BatchOutcome()
-        with ThreadPoolExecutor(max_workers=1) as side:
-            # The table's columns (Lance opens its latest version) are read while the leases are taken.
-            columns = side.submit(self._table_fields)
+        # The table's columns (Lance opens its latest version) are read while the leases are taken.
+        with side_call(self._table_fields) as columns:
             leases = self._hold(batch, outcome)
         try:
             held = [p for p in batch if p.region in leases]
             if held:
                 self._merge(index, held, leases, outcome, columns)
         finally:
-            self.table.store.map(lambda lease: lease.release(), list(leases.values()))
+            # A committed region's lease ends with its commit: it names the generation merged.
+            committed = {result.region for result in outcome.merged}
+            unfinished = [lease for region, lease in leases.items() if region not in committed]
+            self.table.store.map(lambda lease: lease.release(), unfinished)
         return outcome
 
     def _hold(self, batch: Sequence[RegionMergePlan], outcome: BatchOutcome) -> dict[str, Lease]:
@@ -187,7 +190,13 @@ class BatchMerge:
         and a region whose lease cannot be read (a damaged record) fails alone."""
 
         def take(plan: RegionMergePlan) -> Lease | MemwalError | None:
-            lease = Lease(self.table.store, f"merge-{plan.region}", ttl=self.lease_ttl)
+            lease = Lease(
+                self.table.store,
+                f"merge-{plan.region}",
+                ttl=self.lease_ttl,
+                done_at=plan.target_generation,
+                progress=plan.merged_before,
+            )
             try:
                 return lease.acquire(wait=self.lease_wait)
             except LeaseBusyError as exc:
@@ -259,7 +268,8 @@ class BatchMerge:
                 return exc
             return None
 
-        regions = sorted(included)
+        # Only the due ones go to the I/O pool: a thousand fresh leases cost it 40 ms of hand-offs.
+        regions = sorted(r for r in included if leases[r].due())
         for region, lost in zip(regions, self.table.store.map(keep, regions), strict=True):
             if lost is not None:
                 outcome.fail(region, lost)

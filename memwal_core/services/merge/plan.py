@@ -22,7 +22,7 @@ from memwal_core.format.naming import MEM_WAL_DIR
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.result import Failure, to_jsonable
-from memwal_core.services.snapshot.stored import snapshot_hints
+from memwal_core.services.snapshot.stored import regions_and_hints
 from memwal_core.storage.lance_datasets import open_dataset
 from memwal_core.storage.object_store import absolute_uri
 
@@ -160,16 +160,15 @@ def plan_merge(
     primary_key = details.primary_key
     if not primary_key:
         raise CorruptMetadataError(f"table {table.uri} has no primary key; merges need one")
-    wanted = sorted(set(regions)) if regions is not None else None
-    if wanted is not None:
-        known = set(table.region_ids())
-        unknown = [r for r in wanted if r not in known]
+    ids, hints = regions_and_hints(table, details)
+    if regions is not None:
+        known = set(ids)
+        ids = sorted(set(regions))
+        unknown = [r for r in ids if r not in known]
         if unknown:
             raise NotFoundError(f"table {table.uri} has no region {unknown[0]}")
     plans: list[RegionMergePlan] = []
     failures: list[Failure] = []
-    ids = wanted if wanted is not None else table.region_ids()
-    hints = snapshot_hints(table, details)
 
     def plan_one(region: str) -> RegionMergePlan | MemwalError | None:
         """One region's plan; a region that cannot be read or planned fails alone."""

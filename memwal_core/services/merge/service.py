@@ -13,7 +13,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from memwal_core.arguments import Count, Seconds, checked
@@ -30,6 +30,7 @@ from memwal_core.services.merge.plan import MergePlan, RegionMergePlan, plan_mer
 from memwal_core.services.merge.result import BatchResult, MergeResult, RegionMergeResult
 from memwal_core.services.outcome import recorded
 from memwal_core.storage.lance_datasets import load_lance_meanwhile
+from memwal_core.storage.object_store import side_call
 from memwal_core.storage.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -96,9 +97,9 @@ def merge(
     started = time.perf_counter()
     if not dry_run:
         load_lance_meanwhile()  # while the round plans and takes its leases: its batches open generations
-    with ThreadPoolExecutor(max_workers=1) as side:
-        # A round with work first checks the details lease every commit takes: beside the plan.
-        details_lease = None if dry_run else side.submit(check_details_lease, table.store, ttl=lease_ttl)
+    # A round with work first checks the details lease every commit takes: beside the plan.
+    check = (lambda: None) if dry_run else partial(check_details_lease, table.store, ttl=lease_ttl)
+    with side_call(check) as details_lease:
         plan = plan_merge(table, regions=regions, max_generations=max_generations)
     engine, engine_reason = engine.for_round(
         sum(p.rows for p in plan.regions), sum(p.bytes for p in plan.regions)
@@ -110,7 +111,7 @@ def merge(
     busy: list[str] = []
     deferred: list[str] = []
     if not dry_run:
-        if plan.regions and details_lease is not None:
+        if plan.regions:
             details_lease.result()
         merger = BatchMerge(
             table,

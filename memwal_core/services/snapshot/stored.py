@@ -19,6 +19,7 @@ from memwal_core.format.regions import RegionManifest
 from memwal_core.model.region_versions import read_region_versions
 from memwal_core.model.table import MemWalTable
 from memwal_core.storage.lance_datasets import load_lance_meanwhile
+from memwal_core.storage.object_store import side_call
 
 if TYPE_CHECKING:
     from memwal_core.format.region_snapshot import RegionSnapshotRow
@@ -103,8 +104,19 @@ def snapshot_hints(table: MemWalTable, details: IndexDetails) -> dict[str, int]:
     return {row.region: row.version for row in stored.rows}
 
 
+def regions_and_hints(
+    table: MemWalTable, details: IndexDetails, regions: Iterable[str] | None = None
+) -> tuple[list[str], dict[str, int]]:
+    """The named regions (default: every region listed) and the snapshot's versions, read at once: the
+    listing and the snapshot's read do not wait on each other."""
+    with side_call(lambda: snapshot_hints(table, details)) as hints:
+        ids = list(regions) if regions is not None else table.region_ids()
+    return ids, hints.result()
+
+
 def read_hinted(
     table: MemWalTable, details: IndexDetails, regions: Iterable[str] | None = None
 ) -> dict[str, RegionManifest | None]:
     """Every region's (or the named regions') latest manifest, starting from the snapshot's versions."""
-    return table.read_regions(regions, known=snapshot_hints(table, details))
+    ids, hints = regions_and_hints(table, details, regions)
+    return table.read_regions(ids, known=hints)
