@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -277,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "status", parents=[common], help="regions, merge progress and backlog; changes nothing"
     )
-    p.set_defaults(run=_cmd_status)
+    p.set_defaults(run=_cmd_status, service="memwal_core.services.status")
 
     p = sub.add_parser("init", parents=[common], help="enable MemWAL on an existing Lance table")
     p.add_argument(
@@ -326,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _engine_arguments(p, "where generations are collapsed", per_round=True)
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    p.set_defaults(run=_cmd_merge)
+    p.set_defaults(run=_cmd_merge, service="memwal_core.services.merge.service")
 
     p = sub.add_parser("gc", parents=[common], help="delete what is provably no longer needed")
     p.add_argument("--dry-run", action="store_true", help="report what would be deleted, change nothing")
@@ -345,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep WAL entries and region manifest versions S seconds: a writer stalled for less stays "
         "fenced (default 604800, a week; at least a day)",
     )
-    p.set_defaults(run=_cmd_gc)
+    p.set_defaults(run=_cmd_gc, service="memwal_core.services.gc.service")
 
     p = sub.add_parser(
         "catchup", parents=[common], help="bring base-table indexes up to date with merged data"
@@ -355,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--rebuild", action="store_true", help="retrain lagging indexes instead of extending them")
     p.add_argument("--dry-run", action="store_true", help="only measure each index's lag")
-    p.set_defaults(run=_cmd_catchup)
+    p.set_defaults(run=_cmd_catchup, service="memwal_core.services.catchup")
 
     p = sub.add_parser("snapshot", parents=[common], help="build the MemWAL index region snapshot")
     p.add_argument(
@@ -370,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also refresh stale WAL position hints in region manifests (best effort, same epoch)",
     )
-    p.set_defaults(run=_cmd_snapshot)
+    p.set_defaults(run=_cmd_snapshot, service="memwal_core.services.snapshot.service")
 
     p = sub.add_parser("compact", parents=[common], help="compact the base table's fragments")
     _engine_arguments(p, "where Lance's rewrite tasks run", per_round=True)
@@ -476,6 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     from memwal_core.model.table import MemWalTable
     from memwal_core.services.result import Failure
+    from memwal_core.storage.object_store import side_call
     from memwal_core.storage.options import StorageOptions
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -487,9 +489,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         options = StorageOptions.parse(args.storage_option)
         with MemWalTable(args.table, options) as table:
-            table.store.check_reachable()
-            if args.command not in WITHOUT_MEMWAL:
-                table.index_details()  # a Lance table with MemWAL, checked before anything is written
+            # The command's modules load while the table is checked: the check waits on storage.
+            with side_call(lambda: _check_table(table, args.command)) as checked:
+                if getattr(args, "service", None):
+                    importlib.import_module(args.service)
+            checked.result()
             result, code = args.run(args, table)
     except MemwalError as exc:
         print(f"memwal {args.command}: error: {exc}", file=sys.stderr)
@@ -502,6 +506,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memwal {args.command}: failed: {type(exc).__name__}: {first}", file=sys.stderr)
         return _failed(args, Failure(None, f"{type(exc).__name__}: {first}"), started)
     return _report(args, result, code)
+
+
+def _check_table(table: MemWalTable, command: str) -> None:
+    """The table answers, and (but for `init` and `demo`) is a Lance table with MemWAL: checked before
+    anything is written."""
+    table.store.check_reachable()
+    if command not in WITHOUT_MEMWAL:
+        table.index_details()
 
 
 def _failed(args: argparse.Namespace, failure: Failure, started: float) -> int:

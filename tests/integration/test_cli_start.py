@@ -86,3 +86,21 @@ def test_status_of_a_local_table_loads_neither_lance_nor_the_other_services(tmp_
         "memwal_core.services.merge.service" not in modules
         and "memwal_core.services.gc.service" not in modules
     )
+
+
+def test_a_command_preloads_the_service_it_runs() -> None:
+    """Each command that names its service (loaded while the table is checked) names a real module, and
+    the one its own code imports: a stale name would load a module for nothing."""
+    import importlib.util
+    import inspect
+
+    from memwal_core.cli.main import build_parser
+
+    parser = build_parser()
+    named = {}
+    for command in ("status", "merge", "gc", "catchup", "snapshot"):
+        args = parser.parse_args([command, "t"])
+        named[command] = args.service
+        assert importlib.util.find_spec(args.service) is not None, args.service
+        assert f"from {args.service} import" in inspect.getsource(args.run), (command, args.service)
+    assert len(set(named.values())) == len(named)
