@@ -24,7 +24,6 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import lance
 import numpy as np
@@ -41,6 +40,7 @@ from memwal_core.services.merge.collapse import collapse_tables, read_generation
 from memwal_core.services.merge.commit import commit_region, delete_predicate
 from memwal_core.services.merge.plan import plan_merge
 from memwal_core.services.merge.service import merge
+from tests.support.tables import restore_backlog
 
 SCHEMA = pa.schema(
     [
@@ -122,8 +122,7 @@ def timed(
 ) -> float:
     seconds = []
     for _ in range(repeats):
-        restored: Any = lance.dataset(uri, version=version)
-        restored.restore()
+        restore_backlog(uri, version)
         started = time.perf_counter()
         run()
         seconds.append(time.perf_counter() - started)

@@ -34,7 +34,6 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import lance
 import numpy as np
@@ -52,6 +51,7 @@ from memwal_core.services.merge.collapse import collapse_tables, read_generation
 from memwal_core.services.merge.commit import CommitPlan, commit_batch, commit_region
 from memwal_core.services.merge.plan import plan_merge
 from memwal_core.services.merge.service import merge
+from tests.support.tables import restore_backlog
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = pa.schema(
@@ -117,8 +117,7 @@ def build(uri: str, base_rows: int, regions: int, generations: int, per_generati
 def timed(uri: str, version: int, model: Model, label: str, run: Callable[[], None], repeats: int) -> float:
     seconds = []
     for _ in range(repeats):
-        restored: Any = lance.dataset(uri, version=version)
-        restored.restore()
+        restore_backlog(uri, version)
         started = time.perf_counter()
         run()
         seconds.append(time.perf_counter() - started)
@@ -139,8 +138,7 @@ def cli_work(uri: str, version: int, model: Model, repeats: int) -> tuple[float,
     """Medians of `memwal merge`, `memwal status` and merge minus status, each pair on the same backlog."""
     merges, statuses, work = [], [], []
     for _ in range(repeats):
-        restored: Any = lance.dataset(uri, version=version)
-        restored.restore()
+        restore_backlog(uri, version)
         statuses.append(command_seconds("status", uri))
         merges.append(command_seconds("merge", uri))
         work.append(merges[-1] - statuses[-1])

@@ -40,7 +40,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -55,6 +54,7 @@ from memwal_core.model.table import MemWalTable
 from memwal_core.services.engine import Engine, LocalEngine, SparkEngine
 from memwal_core.services.merge.service import merge
 from memwal_core.spark_session import spark_session
+from tests.support.tables import restore_backlog
 
 
 def warmed(engine: SparkEngine, label: str) -> SparkEngine:
@@ -103,8 +103,7 @@ def run_case(name: str, args: argparse.Namespace, engines: dict[str, Engine], wo
     for label, engine in engines.items():
         runs = []
         for _ in range(args.repeats):
-            restored: Any = lance.dataset(uri, version=version)
-            restored.restore()
+            restore_backlog(uri, version)
             started = time.perf_counter()
             with MemWalTable.open(uri) as table:
                 result = merge(table, engine=engine)

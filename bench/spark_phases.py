@@ -36,7 +36,6 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("start", "session", "slots", "workers", "plan", "collapse", "commit", "end")
@@ -78,13 +77,6 @@ def child(url: str, table_uri: str, started: float) -> None:
     print(json.dumps(marks))
 
 
-def restore(uri: str, version: int) -> None:
-    import lance
-
-    restored: Any = lance.dataset(uri, version=version)
-    restored.restore()
-
-
 def load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
@@ -117,6 +109,7 @@ def main() -> None:
 
     from memwal_core.connect_server import ConnectServer
     from memwal_core.demo import write_demo_table
+    from tests.support.tables import restore_backlog
 
     with tempfile.TemporaryDirectory() as tmp:
         uri = str(Path(tmp) / "demo")
@@ -145,13 +138,13 @@ def main() -> None:
             print("memwal merge on the demo table (wall seconds; the first Spark run is the server's first)")
             local = []
             for _ in range(args.runs):
-                restore(uri, version)
+                restore_backlog(uri, version)
                 local.append(cli_seconds(uri, "--engine", "local"))
             print(f"  --engine local                  median {statistics.median(local):.2f}  (load {load()})")
             for name, server in servers.items():
                 runs = []
                 for _ in range(args.runs):
-                    restore(uri, version)
+                    restore_backlog(uri, version)
                     runs.append(
                         cli_seconds(uri, "--engine", "spark", "--spark-remote", server.url + own(name))
                     )
@@ -162,7 +155,7 @@ def main() -> None:
                 )
             default = []
             for _ in range(args.runs):
-                restore(uri, version)
+                restore_backlog(uri, version)
                 default.append(cli_seconds(uri, "--spark-remote", servers["after"].url))
             print(
                 f"  --spark-remote (threshold)      median {statistics.median(default):.2f}; "
@@ -174,7 +167,7 @@ def main() -> None:
             for name, server in servers.items():
                 marks: dict[str, list[float]] = {phase: [] for phase in PHASES}
                 for _ in range(args.runs):
-                    restore(uri, version)
+                    restore_backlog(uri, version)
                     done = subprocess.run(
                         [
                             sys.executable,

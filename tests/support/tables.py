@@ -11,11 +11,14 @@ import hashlib
 import itertools
 import os
 from pathlib import Path
+from typing import Any
 
 from memwal_core.format.naming import LEASE_DIR
 from memwal_core.format.proto import memwal_pb2 as pb
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
+from memwal_core.storage.options import StorageOptions
+from memwal_core.storage.stores import open_store
 
 
 def independent_latest_manifest(table_dir: Path, region: str) -> pb.ShardManifest:
@@ -103,3 +106,22 @@ def progress(uri: str) -> dict[str, int]:
     """Each region's merged generation, as `status` reports it."""
     with MemWalTable.open(uri) as table:
         return {r.region: r.merged_generation for r in status(table).regions}
+
+
+def restore_backlog(uri: str, version: int) -> None:
+    """Restore the table to `version` (a benchmark's backlog before it merges) and drop the merge
+    leases written since.
+
+    A committed merge does not give its region's lease back: the record names the generation it
+    merged, which frees it for any merger that reads progress there. A restore takes progress back
+    below it, so that record would count as held for its TTL (a merger in another process on this
+    host finds the holder gone at once; the same process does not).
+    """
+    import lance
+
+    restored: Any = lance.dataset(uri, version=version)
+    restored.restore()
+    store = open_store(uri, StorageOptions())
+    store.delete_trees(
+        [f"{LEASE_DIR}/{name}" for name in store.list_dirs(LEASE_DIR) if name.startswith("merge-")]
+    )
