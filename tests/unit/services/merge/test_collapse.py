@@ -6,7 +6,13 @@ import pyarrow as pa
 import pytest
 
 from memwal_core.errors import SchemaError
-from memwal_core.services.merge.collapse import TOMBSTONE, collapse_tables
+from memwal_core.services.merge.collapse import (
+    REGION_COLUMN,
+    TOMBSTONE,
+    collapse_tables,
+    shared_key,
+    with_region,
+)
 
 BASE = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 
@@ -51,3 +57,32 @@ def test_a_null_key_is_refused_naming_the_column() -> None:
     g = pa.table({"id": pa.array([1, None], pa.int64()), "v": ["x", "y"], TOMBSTONE: [False, False]})
     with pytest.raises(SchemaError, match="'id'"):
         collapse_tables([generation([(1, "a", False)]), g], ["id"], BASE, what="region r")
+
+
+def region_keys(rows: dict[str, list[tuple[int, str]]]) -> pa.Table:
+    """Key columns (`id`, `k`) of each region's rows, with their region, as a batch gathers them."""
+    tables = [
+        with_region(
+            pa.table({"id": pa.array([i for i, _ in keys], pa.int64()), "k": [k for _, k in keys]}), r
+        )
+        for r, keys in rows.items()
+    ]
+    return pa.concat_tables(tables)
+
+
+def test_with_region_names_every_row_as_a_string_column() -> None:
+    rows = with_region(pa.table({"id": pa.array([1, 2, 3], pa.int64())}), "r1")
+    assert rows.schema.field(REGION_COLUMN).type == pa.string()
+    assert rows[REGION_COLUMN].to_pylist() == ["r1", "r1", "r1"]
+    assert with_region(pa.table({"id": pa.array([], pa.int64())}), "r1").num_rows == 0
+
+
+def test_a_key_two_regions_hold_is_found_with_every_region_that_holds_it() -> None:
+    keys = region_keys(
+        {"a": [(1, "x"), (2, "x")], "b": [(3, "x"), (2, "y")], "c": [(1, "x")], "d": [(1, "x")]}
+    )
+    assert shared_key(keys, ["id"]) == ((1,), ["a", "c", "d"])
+    assert shared_key(keys, ["id", "k"]) == ((1, "x"), ["a", "c", "d"])
+    apart = region_keys({"a": [(1, "x"), (2, "x")], "b": [(3, "x"), (2, "y")]})
+    assert shared_key(apart, ["id", "k"]) is None, "a composite key differs in its second column"
+    assert shared_key(apart.slice(0, 0), ["id"]) is None
