@@ -102,6 +102,36 @@ def has_key_index(dataset: Any, primary_key: tuple[str, ...]) -> bool:
     return any(list(index.field_names or []) == list(primary_key) for index in dataset.describe_indices())
 
 
+def deleted_shares(
+    matching: Future[dict[str, int] | None], deleting: list[str], deleted: int
+) -> dict[str, int]:
+    """Each deleting region's share of the `deleted` rows, from the count `matching` (None: one region,
+    whose share is all of them). The batch is committed by now, so a count that failed is a warning,
+    never the batch's failure: its regions then report 0 each."""
+    try:
+        matched = matching.result()
+    except (OSError, MemwalError, ValueError) as exc:
+        log.warning(
+            "regions %s: merged; their shares of the %d base rows deleted could not be counted (%s), "
+            "so each reports 0",
+            deleting,
+            deleted,
+            first_line(exc),
+        )
+        return dict.fromkeys(deleting, 0)
+    if matched is None:
+        return dict.fromkeys(deleting, deleted)
+    if sum(matched.values()) != deleted:
+        log.warning(
+            "regions %s: %d base rows deleted, %d matched by their deletes before the commit "
+            "(deletes re-applied after a concurrent merge)",
+            deleting,
+            deleted,
+            sum(matched.values()),
+        )
+    return matched
+
+
 class _Sources:
     """The collapsed parts of a batch and which part holds each region's current rows.
 
@@ -353,33 +383,29 @@ class BatchMerge:
                 form=self.commit_form,
             )
             deleting = sorted(r for r in included if sources.figures(r).deleted_rows)
-            matched = (
-                base_rows_matching(
-                    dataset, self.primary_key, {r: sources.deleted_keys({r}) for r in deleting}
+            # Each region's share of the rows deleted is counted on the version the commit starts from
+            # while the commit runs: two Lance scans, each of which leaves a core idle part of the time.
+            with side_call(partial(self._rows_matching, dataset, deleting, sources)) as matching:
+                stats, version = commit_checked(
+                    self.table,
+                    dataset,
+                    self.primary_key,
+                    {r: plans[r].target_generation for r in included},
+                    sources.live(included, dataset.schema),
+                    sources.deleted_keys,
+                    plan=plan,
                 )
-                if len(deleting) > 1
-                else None
-            )
-            stats, version = commit_checked(
-                self.table,
-                dataset,
-                self.primary_key,
-                {r: plans[r].target_generation for r in included},
-                sources.live(included, dataset.schema),
-                sources.deleted_keys,
-                plan=plan,
-            )
-        deleted = stats.get("num_deleted_rows", 0)
-        rows_deleted = matched if matched is not None else {r: deleted for r in deleting}
-        if sum(rows_deleted.values()) != deleted:
-            log.warning(
-                "regions %s: %d base rows deleted, %d matched by their deletes before the commit "
-                "(deletes re-applied after a concurrent merge)",
-                deleting,
-                deleted,
-                sum(rows_deleted.values()),
-            )
-        return _Committed(stats, version, plan, rows_deleted)
+        return _Committed(
+            stats, version, plan, deleted_shares(matching, deleting, stats.get("num_deleted_rows", 0))
+        )
+
+    def _rows_matching(self, dataset: Any, deleting: list[str], sources: _Sources) -> dict[str, int] | None:
+        """How many base rows each of `deleting` deletes, read through a handle pinned to `dataset`'s
+        version (the commit moves `dataset` on); None for one region: its share is the whole count."""
+        if len(deleting) <= 1:
+            return None
+        pinned = dataset.checkout_version(dataset.version)
+        return base_rows_matching(pinned, self.primary_key, {r: sources.deleted_keys({r}) for r in deleting})
 
     def _replan(
         self, plans: dict[str, RegionMergePlan], included: set[str], outcome: BatchOutcome

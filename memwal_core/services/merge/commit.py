@@ -45,8 +45,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# An upsert-only commit uses the key index while the source has at most one row per
-# this many base rows (bench/merge_index.py: the index wins below ~1/8,000 at 1M, 4M and 16M rows).
+# A join uses the key index while its source has at most one row per this many base rows
+# (bench/merge_index.py): an upsert-only commit's index wins below ~1/8,000 at 1M, 4M and 16M rows,
+# a delete-only commit's below ~1/10,000 to 1/14,000 from 1M to 64M rows (its lookups cost per key).
 INDEX_SOURCE_RATIO = 10_000
 # The index path never takes more upsert rows than this: it holds them in Lance's 300 MB join pool
 # (512,000 rows failed with "Resources exhausted"). After a fenced delete a key scan must apply
@@ -129,8 +130,10 @@ def choose_commit(
     Measured (bench/merge_scale.py, BTree on the key, 3,000 upserts and 200
     deletes): the single form's delete clause scans every base row (0.17 s at
     4M rows, 2.6 s at 64M); the indexed delete-only join costs 0.03 s at any of
-    those sizes. The key index serves an upsert while the source is tiny next
-    to the base (bench/merge_index.py), and, after a delete, up to ~25,000 rows.
+    those sizes. The key index serves a delete or an upsert while its source is
+    tiny next to the base (bench/merge_index.py: an indexed delete costs per
+    key, 5x the scan for 6,400 keys at 4M rows), and, after a delete, an upsert
+    of up to ~25,000 rows.
     """
     check_commit_form(form)
     if not deleted_rows and form != TWO_STEP:
@@ -145,7 +148,11 @@ def choose_commit(
     upsert_index = (
         has_key_index and live_rows <= INDEX_MAX_UPSERT_ROWS and live_rows * AFTER_DELETE_RATIO <= base_rows
     )
-    delete_index = has_key_index and deleted_rows <= INDEX_MAX_DELETE_ROWS
+    delete_index = (
+        has_key_index
+        and deleted_rows <= INDEX_MAX_DELETE_ROWS
+        and deleted_rows * INDEX_SOURCE_RATIO <= base_rows
+    )
     return CommitPlan(
         TWO_STEP,
         delete_index,

@@ -122,6 +122,8 @@ def test_commit_form_and_index_use() -> None:
     assert not choose_commit(3000, 200, 100_000, True).upsert_index, "a small base is cheaper to scan"
     assert not choose_commit(3000, 200, base, False).delete_index, "no key index: the delete scans"
     assert not choose_commit(3000, 200_000, base, True).delete_index, "many deletes scan"
+    assert choose_commit(3000, small, base, True).delete_index
+    assert not choose_commit(3000, small + 1, base, True).delete_index, "an indexed delete costs per key"
     forced = choose_commit(small, 200, base, True, form=SINGLE)
     assert (forced.form, forced.delete_index, forced.upsert_index) == (SINGLE, False, False)
     assert choose_commit(5, 0, base, True, form=TWO_STEP).form == TWO_STEP
