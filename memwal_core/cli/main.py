@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib
 import json
 import logging
@@ -556,12 +557,27 @@ def run() -> NoReturn:
     """The `memwal` command: `main`, then an exit that skips the interpreter's teardown. Once the result
     is printed nothing is left to do, and freeing every module and object (Lance, Arrow, pandas) took
     0.1-0.2 s of every command that loaded them."""
+    _lean_process()
     code = main()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     os._exit(code)
+
+
+def _lean_process() -> None:
+    """Spare a command process two costs of the libraries it loads, neither of which buys it anything
+    (docs/width.md, "CPU per command"; 6-9% of `memwal gc`'s CPU at 1,000 regions):
+
+    - numpy's OpenBLAS starts a thread per core that spins waiting for matrix work memwal never gives
+      it (`OPENBLAS_NUM_THREADS`, read when numpy loads; a value the caller set is kept);
+    - Python's cycle collector, run every 700 allocations by default, walks the young objects of
+      thousands of request and manifest objects that are freed by reference counting anyway.
+    """
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    gc.freeze()  # what is loaded so far lives as long as the process: never walk it again
+    gc.set_threshold(10_000, 20, 20)
 
 
 if __name__ == "__main__":

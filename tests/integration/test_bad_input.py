@@ -110,6 +110,17 @@ def test_truncated_table_manifest(table: tuple[Path, DemoLog]) -> None:
     assert_bad_input(path, ["status", str(path)], str(path))
 
 
+def test_gc_with_an_unreadable_old_table_manifest_deletes_nothing(table: tuple[Path, DemoLog]) -> None:
+    """GC reads every retained version's merge progress while it reads the regions: a version it cannot
+    read fails the run as a whole, naming it, with every merged generation still in place."""
+    path, _log = table
+    assert run_cli("merge", str(path)).returncode == 0
+    manifest = path / "_versions" / table_manifest_name(1)
+    data = manifest.read_bytes()
+    manifest.write_bytes(data[: len(data) // 2])
+    assert_bad_input(path, ["gc", str(path), "--grace-seconds", "0", "--json"], manifest.name)
+
+
 def test_stale_version_hint_still_finds_the_latest(table: tuple[Path, DemoLog]) -> None:
     path, log = table
     region = log.regions[0]

@@ -104,3 +104,26 @@ def test_a_command_preloads_the_service_it_runs() -> None:
         assert importlib.util.find_spec(args.service) is not None, args.service
         assert f"from {args.service} import" in inspect.getsource(args.run), (command, args.service)
     assert len(set(named.values())) == len(named)
+
+
+LEAN = """
+import gc, json, os, sys
+from memwal_core.cli.main import _lean_process
+_lean_process()
+import numpy  # OpenBLAS reads its thread count as numpy loads
+print(json.dumps([os.environ["OPENBLAS_NUM_THREADS"], gc.get_threshold()[0], gc.get_freeze_count() > 0]))
+"""
+
+
+@pytest.mark.parametrize(("given", "kept"), [(None, "1"), ("3", "3")], ids=["unset", "set-by-caller"])
+def test_the_command_process_spares_blas_threads_and_young_collections(given: str | None, kept: str) -> None:
+    """`memwal` runs with one OpenBLAS thread (unless the caller chose a count) and a cycle collector
+    that walks young objects every 10,000 allocations, not 700, and never the modules loaded at start."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    done = subprocess.run(
+        [sys.executable, "-c", LEAN], capture_output=True, text=True, cwd=PROJECT_ROOT, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [kept, 10_000, True]

@@ -10,9 +10,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from memwal_core.errors import MemwalError, MemWalNotEnabledError, NotFoundError
+from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.naming import (
     LEASE_DIR,
     MEM_WAL_DIR,
@@ -36,7 +38,7 @@ from memwal_core.services.gc.rules import (
     region_bounds,
 )
 from memwal_core.services.result import Failure
-from memwal_core.storage.object_store import ObjectInfo, ObjectStore
+from memwal_core.storage.object_store import ObjectInfo, ObjectStore, side_call
 
 
 @dataclass(frozen=True)
@@ -198,26 +200,44 @@ class RegionListing:
         return cls(versions, dirs, temp)
 
 
-def plan_region(
-    table: MemWalTable, region: str, bounds: RegionBounds, policy: GcPolicy, now: float
-) -> RegionGcPlan | None:
-    """The plan of one region; None if it has no manifest yet.
+@dataclass(frozen=True)
+class RegionRead:
+    """What GC reads of one region before it decides: its listing and its latest manifest."""
 
-    The version hint, then one LIST of the region's directory, then its latest manifest,
-    found from the newest listed version (verified by one HEAD). A hint past that version
-    means the newest manifest was deleted: GC must not write over the gap. The listing comes first: every directory it
-    shows existed before that manifest was read, so the manifest says whether it is listed.
-    """
-    store = table.store
-    manifests = table.region_store(region)
-    hint = manifests.read_hint()  # before the listing: it can only name a version stored by then
-    listing = RegionListing.read(store, region)
+    region: str
+    manifests: RegionManifestStore
+    listing: RegionListing
+    latest: RegionManifest
+
+    @classmethod
+    def read(cls, table: MemWalTable, region: str) -> RegionRead | None:
+        """The version hint, then one LIST of the region's directory, then its latest manifest, found
+        from the newest listed version (verified by one HEAD); None if it has no manifest yet.
+
+        A hint past that version means the newest manifest was deleted: GC must not write over the
+        gap. The listing comes first: every directory it shows existed before that manifest was read,
+        so the manifest says whether it is listed.
+        """
+        manifests = table.region_store(region)
+        hint = manifests.read_hint()  # before the listing: it can only name a version stored by then
+        listing = RegionListing.read(table.store, region)
+        # None: not claimed yet; generations without a manifest are corrupt, and fail the region.
+        latest = table.read_region(region, max(listing.manifest_versions, default=None))
+        if latest is None:
+            return None
+        manifests.check_hint(hint, latest.version)  # the newest manifest deleted: never write over the gap
+        return cls(region, manifests, listing, latest)
+
+
+def plan_region(read_region: RegionRead, bounds: RegionBounds, policy: GcPolicy, now: float) -> RegionGcPlan:
+    """The plan of one region, from what was read of it (`RegionRead.read`) and its bounds."""
+    region, manifests, listing, latest = (
+        read_region.region,
+        read_region.manifests,
+        read_region.listing,
+        read_region.latest,
+    )
     stored = listing.manifest_versions
-    # None: not claimed yet; generations without a manifest are corrupt, and fail the region.
-    latest = table.read_region(region, max(stored, default=None))
-    if latest is None:
-        return None
-    manifests.check_hint(hint, latest.version)  # the newest manifest deleted: never write over the gap
     grace = policy.grace_seconds
     listed = {g.path for g in latest.generations}
     prune: list[GenerationDir] = []
@@ -291,34 +311,67 @@ def stale_staging(table: MemWalTable, policy: GcPolicy, now: float) -> tuple[tup
     )
 
 
-def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -> GcPlan:
-    """Plan GC for every region of the table."""
-    now = time.time() if now is None else now
-    dataset = table.dataset()
-    details = table.index_details(dataset.version)
-    indexes = list(read_maintained(table, details, dataset).names)
-    retained_versions, retained = retained_progress(table, dataset)
-    regions = table.region_ids()
+@dataclass(frozen=True)
+class _TableState:
+    """What bounds every region: the table version read, its MemWAL details, the maintained indexes,
+    and the merge progress of every version a reader can still time-travel to."""
 
-    def plan_one(region: str) -> RegionGcPlan | Failure | None:
-        bounds = region_bounds(
-            region, details.merged_generation(region), details.index_catchup, indexes, retained
-        )
+    version: int
+    details: IndexDetails
+    indexes: list[str]
+    retained_versions: list[int]
+    retained: list[dict[str, int]]
+
+    @classmethod
+    def read(cls, table: MemWalTable) -> _TableState:
+        dataset = table.dataset()
+        details = table.index_details(dataset.version)
+        indexes = list(read_maintained(table, details, dataset).names)
+        return cls(dataset.version, details, indexes, *retained_progress(table, dataset))
+
+    def bounds(self, region: str) -> RegionBounds:
+        merged = self.details.merged_generation(region)
+        return region_bounds(region, merged, self.details.index_catchup, self.indexes, self.retained)
+
+
+def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -> GcPlan:
+    """Plan GC for every region of the table.
+
+    The table's state (Lance opens the table, then reads every retained version's manifest) is read
+    while the regions are listed and read; each region is then decided. Reading the state after a
+    region's manifest keeps at least as much as reading it before: merge progress and index catch-up
+    only grow, a version made meanwhile is retained too, and a new index keeps everything.
+    """
+    now = time.time() if now is None else now
+
+    def read_one(region: str) -> RegionRead | Failure | None:
         try:
-            return plan_region(table, region, bounds, policy, now)
+            return RegionRead.read(table, region)
         except MemwalError as exc:
             return Failure.of(exc, region)
 
-    # One region per thread of the store's pool (`max_concurrent_requests`); its requests run in turn.
-    outcomes = table.store.map(plan_one, regions)
+    with side_call(partial(_TableState.read, table)) as reading:
+        # One region per thread of the store's pool (`max_concurrent_requests`); its requests run in turn.
+        reads = table.store.map(read_one, table.region_ids())
+    state = reading.result()
+
+    def plan_one(read: RegionRead) -> RegionGcPlan | Failure:
+        try:
+            return plan_region(read, state.bounds(read.region), policy, now)
+        except MemwalError as exc:
+            return Failure.of(exc, read.region)
+
+    # Deciding reads an older manifest version only where a directory is no longer listed.
+    planned = table.store.map(plan_one, [r for r in reads if isinstance(r, RegionRead)])
+    failures = [r for r in reads if isinstance(r, Failure)] + [p for p in planned if isinstance(p, Failure)]
     return GcPlan(
         table_uri=table.uri,
-        table_version=dataset.version,
+        table_version=state.version,
         planned_at=now,
         policy=policy,
-        maintained_indexes=tuple(indexes),
-        retained_versions=tuple(retained_versions),
-        regions=tuple(o for o in outcomes if isinstance(o, RegionGcPlan)),
-        failures=tuple(o for o in outcomes if isinstance(o, Failure)),
+        maintained_indexes=tuple(state.indexes),
+        retained_versions=tuple(state.retained_versions),
+        regions=tuple(p for p in planned if isinstance(p, RegionGcPlan)),
+        failures=tuple(sorted(failures, key=lambda f: f.region or "")),
         stale_staging=stale_staging(table, policy, now),
     )
