@@ -22,6 +22,9 @@ STALE_MERGE = "Stale SSTable compaction"
 RETRIES_EXHAUSTED = "Too many concurrent writers"
 # A commit that cannot be rebased over a newer one (an overwrite, say).
 INCOMPATIBLE_TRANSACTION = "Incompatible transaction"
+# A commit a newer one preempted, which Lance asks to be built again: "Retryable commit conflict for
+# version N: This Rewrite transaction was preempted by concurrent transaction Update at version N".
+PREEMPTED = "Retryable commit conflict"
 # Another writer claimed the region: "Writer fenced (peer claimed epoch)", "writer was fenced during open".
 FENCED = "fenced"
 # A WAL write whose response was lost, found applied on retry: "Writer fenced (persistence failure):
@@ -92,6 +95,11 @@ def is_retries_exhausted(exc: BaseException) -> bool:
 def is_commit_conflict(exc: BaseException) -> bool:
     """A commit another commit got in ahead of: retried out, or impossible to rebase."""
     return is_retries_exhausted(exc) or _has(exc, INCOMPATIBLE_TRANSACTION)
+
+
+def is_preempted(exc: BaseException) -> bool:
+    """A commit that a newer commit made stale: built again on the latest version, it may succeed."""
+    return _has(exc, PREEMPTED)
 
 
 def is_overfull_replay(exc: BaseException) -> bool:

@@ -24,6 +24,7 @@ ends with an incremental catch-up of exactly those indexes.
 
 from __future__ import annotations
 
+import logging
 import pickle
 import time
 from collections.abc import Callable, Mapping
@@ -31,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar
 
 from memwal_core.arguments import Count, Range, Seconds, checked
-from memwal_core.errors import BadInputError
+from memwal_core.errors import BadInputError, first_line
+from memwal_core.lance_errors import is_preempted
 from memwal_core.model.details_lease import details_lease
 from memwal_core.model.indexes import read_maintained
 from memwal_core.model.table import MemWalTable
@@ -41,6 +43,11 @@ from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.result import NOT_IN_JSON, ServiceResult
 from memwal_core.storage.lance_datasets import open_dataset
 from memwal_core.storage.object_store import absolute_uri
+
+log = logging.getLogger(__name__)
+
+# A rewrite preempted by a commit outside the details lease is planned again, at most this many times in all.
+COMMIT_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -182,18 +189,27 @@ def compact(
         )
     with details_lease(table.store, wait=lease_wait) as lease:
         caught_up_before = table.index_details().index_catchup
-        plan = make_plan()
-        chosen = engine.for_round(plan.rows, plan.bytes)
-        planned = time.perf_counter()
-        rewrite = _rewrite_task(plan.table_uri, plan.read_version, table.storage_options)
-        done = chosen.engine.run(rewrite, plan.tasks, what=f"compaction ({len(plan.tasks)} rewrite task(s))")
-        results = [pickle.loads(blob) for blob in done]
-        executed = time.perf_counter()
-        lease.ensure()  # LeaseLostError here, before the commit, if a merger took over meanwhile
-        removed = added = 0
-        if results:
-            metrics = Compaction.commit(table.dataset(), results)
-            removed, added = metrics.fragments_removed, metrics.fragments_added
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            plan = make_plan()
+            chosen = engine.for_round(plan.rows, plan.bytes)
+            planned = time.perf_counter()
+            rewrite = _rewrite_task(plan.table_uri, plan.read_version, table.storage_options)
+            what = f"compaction ({len(plan.tasks)} rewrite task(s))"
+            results = [pickle.loads(blob) for blob in chosen.engine.run(rewrite, plan.tasks, what=what)]
+            executed = time.perf_counter()
+            lease.ensure()  # LeaseLostError here, before the commit, if a merger took over meanwhile
+            try:
+                metrics = Compaction.commit(table.dataset(), results) if results else None
+            except OSError as exc:
+                # Merges wait for the lease, but a commit that does not take it (another client of the
+                # table) may land on the fragments being rewritten: Lance refuses the rewrite, and it is
+                # planned again on the version that commit made.
+                if attempt == COMMIT_ATTEMPTS or not is_preempted(exc):
+                    raise
+                log.warning("compaction: %s; planning it again (attempt %d)", first_line(exc), attempt + 1)
+                continue
+            break
+        removed, added = (metrics.fragments_removed, metrics.fragments_added) if metrics else (0, 0)
         after = table.index_details()
     # Lance 14 drops the catch-up record of every index a rewrite touched, although
     # the indexes are remapped; an incremental catch-up writes it again at once. Lance

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import lance
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -22,6 +24,7 @@ from memwal_core.format.index_details import IndexDetails
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.catchup import catchup
 from memwal_core.services.compact import compact
+from memwal_core.services.engine import LocalEngine
 from memwal_core.services.gc.rules import RETAINED_VERSION, GcPolicy
 from memwal_core.services.gc.service import gc
 from memwal_core.services.merge.service import merge
@@ -111,6 +114,38 @@ def test_compaction_keeps_rows_progress_catchup_and_indexes(
         result = compact(opened, engine=chosen, target_rows_per_fragment=TARGET_ROWS)
     assert result.fragments_before == fragments and result.fragments_removed == fragments
     assert result.rows_rewritten == len(table.rows) and result.engine == chosen.name
+    assert_compacted(table, before, result.fragments_after)
+
+
+class _DeleteDuringTheRewrite(LocalEngine):
+    """This process's threads, and, while the first rewrite runs, another client of the table deleting a
+    row: a commit that takes no memwal lease, on the fragments being rewritten."""
+
+    def __init__(self, uri: str, key: int) -> None:
+        super().__init__()
+        self.uri, self.key, self.runs = uri, key, 0
+
+    def run(self, task: Any, items: Any, *, what: str, waiting: int | None = None) -> Any:
+        self.runs += 1
+        done = super().run(task, items, what=what, waiting=waiting)
+        if self.runs == 1:
+            lance.dataset(self.uri).delete(f"id = {self.key}")
+        return done
+
+
+def test_a_rewrite_preempted_by_another_clients_commit_is_planned_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Lance refuses a rewrite that a newer commit on the same fragments preempted ("Retryable commit
+    conflict"): compaction plans it again on that commit's version, and both hold."""
+    table, _region = fragmented_table(tmp_path / "t")
+    before, _fragments = caught_up_before_compaction(table)
+    engine = _DeleteDuringTheRewrite(table.uri, key=3)
+    with caplog.at_level(logging.WARNING), MemWalTable.open(table.uri) as opened:
+        result = compact(opened, engine=engine, target_rows_per_fragment=TARGET_ROWS)
+    assert engine.runs == 2, "the rewrite was planned and run again"
+    assert "Retryable commit conflict" in caplog.text and "planning it again (attempt 2)" in caplog.text
+    table.rows.pop(table.key({"id": 3}))  # the other client's delete holds
     assert_compacted(table, before, result.fragments_after)
 
 
