@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -128,10 +129,11 @@ class LocalStore(ObjectStore):
                 for name in files:
                     full = Path(dirpath) / name
                     rel = full.relative_to(self.root).as_posix()
-                    if not full.is_file() or name.endswith(".tmp") or (before is not None and rel >= before):
+                    if name.endswith(".tmp") or (before is not None and rel >= before):
                         continue
-                    st = full.stat()
-                    found.append(ObjectInfo(rel, st.st_size, st.st_mtime))
+                    st = _stat_file(full)
+                    if st is not None:
+                        found.append(ObjectInfo(rel, st.st_size, st.st_mtime))
             return sorted(found, key=lambda info: info.path)
 
         try:
@@ -146,9 +148,9 @@ class LocalStore(ObjectStore):
             found = []
             for dirpath, _dirs, files in os.walk(self._path(path)):
                 for name in files:
-                    if _TEMP.match(name):
-                        full = Path(dirpath) / name
-                        st = full.stat()
+                    full = Path(dirpath) / name
+                    st = _stat_file(full) if _TEMP.match(name) else None
+                    if st is not None:
                         found.append(
                             ObjectInfo(full.relative_to(self.root).as_posix(), st.st_size, st.st_mtime)
                         )
@@ -170,3 +172,17 @@ class LocalStore(ObjectStore):
                 with contextlib.suppress(OSError):
                     os.rmdir(dirpath)
         return deleted
+
+
+def _stat_file(path: Path) -> os.stat_result | None:
+    """A listed file's size and time; None if it is not a regular file or was deleted since it was listed.
+
+    A name another process deletes between the directory read and this stat (a lease record pruned by
+    its next holder) must drop out of the listing, not fail it: a failed listing read as an empty one
+    once let a lease be taken at record 1 while its holder held record 203 (two holders at once).
+    """
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
