@@ -42,6 +42,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCE_LOG", "error")
 
+from bench.compiled import compile_checkout
 from bench.merge import spark_engine
 from memwal_core.model.evolution import TableFields
 from memwal_core.model.table import MemWalTable
@@ -225,6 +226,8 @@ def main() -> None:
     parser.add_argument("--cli", action="store_true", help="also time the memwal command: merge minus status")
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     args = parser.parse_args()
+    if args.cli:
+        compile_checkout(ROOT)
     spark = None if args.skip_spark else spark_engine()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for name in ("wide", "deep") if args.case == "both" else (args.case,):

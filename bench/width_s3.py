@@ -62,6 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LANCE_LOG", "error")
 
+from bench.compiled import compile_checkout  # noqa: E402
 from memwal_core.storage.options import StorageOptions  # noqa: E402
 from memwal_core.storage.stores import open_store  # noqa: E402
 
@@ -338,6 +339,7 @@ def main() -> None:
     args.in_flight = StorageOptions.parse(args.extra).max_concurrent_requests()
     args.cache.mkdir(parents=True, exist_ok=True)
     local = cached_table(args.cache, args.regions)
+    compile_checkout(args.code)
 
     from tests.support.seaweed import SeaweedServer
 

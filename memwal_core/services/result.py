@@ -30,6 +30,13 @@ NOT_IN_JSON: Mapping[str, bool] = {"json": False}
 
 def to_jsonable(value: Any) -> Any:
     """`value` as strict JSON values: dataclasses by field, sets sorted, non-finite floats as null."""
+    # Leaves first: they are most of the values, and a dataclass check costs more than these.
+    if value is None or isinstance(value, str | int):
+        return value
+    if isinstance(value, float):
+        return round(value, FLOAT_DIGITS) if math.isfinite(value) else None
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
     if isinstance(value, JsonRecord):
         return value.to_json()
     if is_dataclass(value) and not isinstance(value, type):
@@ -38,12 +45,6 @@ def to_jsonable(value: Any) -> Any:
         return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, set | frozenset):
         return [to_jsonable(v) for v in sorted(value)]
-    if isinstance(value, list | tuple):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, float):
-        return round(value, FLOAT_DIGITS) if math.isfinite(value) else None
-    if value is None or isinstance(value, str | int):
-        return value
     raise TypeError(f"{type(value).__name__} has no JSON form")
 
 

@@ -7,7 +7,7 @@ import os
 import re
 import stat
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -106,12 +106,13 @@ class LocalStore(ObjectStore):
 
     def list_dirs(self, path: str) -> list[str]:
         def call() -> list[str]:
-            return sorted(e.name for e in os.scandir(self._path(path)) if e.is_dir())
+            try:
+                entries = list(os.scandir(self._path(path)))
+            except FileNotFoundError:  # no such directory: nothing below it
+                return []
+            return sorted(e.name for e in entries if e.is_dir())
 
-        try:
-            return self._io("list", path, call)
-        except NotFoundError:
-            return []
+        return self._io("list", path, call)
 
     def list_files(
         self, path: str, *, recursive: bool = False, before: str | None = None
@@ -120,7 +121,7 @@ class LocalStore(ObjectStore):
 
         def call() -> list[ObjectInfo]:
             found: list[ObjectInfo] = []
-            walker = os.walk(base) if recursive else [(str(base), [], os.listdir(base))]
+            walker = _walk(base) if recursive else [(str(base), [], _names(base))]
             for dirpath, dirs, files in walker:
                 if before is not None:  # whole directories at or after `before` are not walked
                     dirs[:] = [
@@ -136,17 +137,14 @@ class LocalStore(ObjectStore):
                         found.append(ObjectInfo(rel, st.st_size, st.st_mtime))
             return sorted(found, key=lambda info: info.path)
 
-        try:
-            return self._io("list", path, call)
-        except NotFoundError:
-            return []
+        return self._io("list", path, call)
 
     def temporary_files(self, path: str) -> list[ObjectInfo]:
         """This store's own temp files (`.NAME.HEX.tmp`) below `path`, which `list_files` hides."""
 
         def call() -> list[ObjectInfo]:
             found = []
-            for dirpath, _dirs, files in os.walk(self._path(path)):
+            for dirpath, _dirs, files in _walk(self._path(path)):
                 for name in files:
                     full = Path(dirpath) / name
                     st = _stat_file(full) if _TEMP.match(name) else None
@@ -172,6 +170,27 @@ class LocalStore(ObjectStore):
                 with contextlib.suppress(OSError):
                     os.rmdir(dirpath)
         return deleted
+
+
+def _names(directory: Path) -> list[str]:
+    """The names in `directory`; none if it does not exist. Only the directory's own absence reads as
+    empty: any other error, or a file missing later in a listing, fails the listing instead (an
+    empty listing read for a failed one once let a lease be taken twice: `_stat_file`)."""
+    try:
+        return os.listdir(directory)
+    except FileNotFoundError:
+        return []
+
+
+def _walk(top: Path) -> Iterator[tuple[str, list[str], list[str]]]:
+    """`os.walk`, which drops a subdirectory deleted while it walks (it is gone) but, unlike
+    `os.walk`'s default, fails on any other error instead of leaving the subdirectory out."""
+
+    def failed(exc: OSError) -> None:
+        if not isinstance(exc, FileNotFoundError):
+            raise exc
+
+    return os.walk(top, onerror=failed)
 
 
 def _stat_file(path: Path) -> os.stat_result | None:

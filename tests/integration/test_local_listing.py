@@ -9,6 +9,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
+
+from memwal_core.errors import StorageError
 from memwal_core.model.lease import Lease
 from memwal_core.storage.options import StorageOptions
 from memwal_core.storage.stores import open_store
@@ -63,3 +66,24 @@ def test_a_lease_is_never_taken_while_its_pruning_holder_renews(tmp_path: Path) 
         worker.join()
     assert not taken, f"a second holder took the lease at record(s) {taken[:5]}"
     assert len(retakes) > 100 and all(retakes), "the holder kept its lease, taking it again throughout"
+
+
+def test_only_a_missing_directory_lists_as_empty(tmp_path: Path) -> None:
+    """A directory that does not exist lists as empty; a listing that fails for any other reason raises,
+    so no caller mistakes a failure for "nothing there" (as the lease once did)."""
+    store = open_store(str(tmp_path), StorageOptions())
+    store.write("d/sub/f.json", b"{}")
+    store.write("plain", b"x")
+    assert store.list_files("missing") == []
+    assert store.list_files("missing", recursive=True) == []
+    assert store.list_dirs("missing") == []
+    assert store.temporary_files("missing") == []
+    assert [i.path for i in store.list_files("d", recursive=True)] == ["d/sub/f.json"]
+    for listing in (
+        lambda: store.list_files("plain"),
+        lambda: store.list_files("plain", recursive=True),
+        lambda: store.list_dirs("plain"),
+        lambda: store.temporary_files("plain"),
+    ):
+        with pytest.raises(StorageError, match="plain"):
+            listing()
