@@ -77,6 +77,10 @@ def run_property(
                 assert not result.failures, result.failures
                 for batch in result.batches:
                     assert len(batch.regions) == len(set(batch.regions))
+                    # Each region's share of the rows Lance deleted (counted from the engine's keys).
+                    shares = [r for r in result.regions if r.batch == batch.batch]
+                    assert sum(r.rows_deleted for r in shares) == batch.rows_deleted
+                    assert all(r.rows_deleted <= r.tombstones for r in shares)
             final = status(opened)
         assert final.pending_total == 0
         for region in final.regions:

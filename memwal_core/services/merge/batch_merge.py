@@ -163,8 +163,8 @@ class _Sources:
         tables = [t for t in tables if t.num_rows]
         return pa.concat_tables(tables) if tables else pa.table({})
 
-    def deleted_keys(self, regions: Set[str]) -> pa.Table:
-        return self._tables(regions, lambda part, mine: part.deleted_keys(mine))
+    def deleted_keys(self, regions: Set[str], *, labelled: bool = False) -> pa.Table:
+        return self._tables(regions, lambda part, mine: part.deleted_keys(mine, labelled=labelled))
 
     def keys(self, regions: set[str]) -> pa.Table:
         return self._tables(regions, lambda part, mine: part.keys(mine))
@@ -405,7 +405,10 @@ class BatchMerge:
         if len(deleting) <= 1:
             return None
         pinned = dataset.checkout_version(dataset.version)
-        return base_rows_matching(pinned, self.primary_key, {r: sources.deleted_keys({r}) for r in deleting})
+        # One read of every region's deleted keys: a staged part read per region cost a read of each of
+        # its files per region.
+        labelled = sources.deleted_keys(set(deleting), labelled=True)
+        return base_rows_matching(pinned, self.primary_key, labelled, deleting)
 
     def _replan(
         self, plans: dict[str, RegionMergePlan], included: set[str], outcome: BatchOutcome

@@ -61,7 +61,9 @@ class BatchCollapse(Protocol):
 
     def live(self, regions: Set[str]) -> Iterator[pa.RecordBatch]: ...
 
-    def deleted_keys(self, regions: Set[str]) -> pa.Table: ...
+    def deleted_keys(self, regions: Set[str], *, labelled: bool = False) -> pa.Table:
+        """The deleted keys of `regions`; `labelled`: with the region of each (REGION_COLUMN)."""
+        ...
 
     def keys(self, regions: Set[str]) -> pa.Table: ...
 
@@ -236,8 +238,10 @@ class InMemoryCollapse:
             if region in regions:
                 yield from table.to_batches()
 
-    def deleted_keys(self, regions: Set[str]) -> pa.Table:
-        tables = [t for r, t in self.deleted_tables.items() if r in regions]
+    def deleted_keys(self, regions: Set[str], *, labelled: bool = False) -> pa.Table:
+        tables = [
+            with_region(t, r) if labelled else t for r, t in self.deleted_tables.items() if r in regions
+        ]
         return pa.concat_tables(tables) if tables else pa.table({})
 
     def keys(self, regions: Set[str]) -> pa.Table:

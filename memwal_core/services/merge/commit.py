@@ -37,6 +37,7 @@ from memwal_core.errors import BadInputError, DeleteConflictError, StaleMergeErr
 from memwal_core.lance_errors import is_commit_conflict, is_stale_merge
 from memwal_core.model.lance_filter import literal, one_of, quoted
 from memwal_core.services.defaults import AUTO, COMMIT_FORMS, SINGLE, TWO_STEP
+from memwal_core.services.merge.collapse import REGION_COLUMN
 
 if TYPE_CHECKING:
     import lance
@@ -83,27 +84,27 @@ def delete_predicate(keys: pa.Table, primary_key: Sequence[str]) -> str:
 
 
 def base_rows_matching(
-    dataset: lance.LanceDataset, primary_key: Sequence[str], keys_by_region: Mapping[str, pa.Table]
+    dataset: lance.LanceDataset, primary_key: Sequence[str], labelled: pa.Table, regions: Sequence[str]
 ) -> dict[str, int]:
-    """How many rows of `dataset`, at its version, each region's keys match: what deleting them removes.
+    """How many rows of `dataset`, at its version, each of `regions` deletes: the rows its keys match.
 
     Lance counts deleted rows per commit only. One read of the key columns
-    filtered by every region's keys (through the key index when there is one)
-    splits that count: regions never share a key, so each match is one region's.
+    filtered by every region's keys (`labelled`: the key columns and the region
+    of each, REGION_COLUMN; through the key index when there is one) splits that
+    count: regions never share a key, so each match is one region's.
     """
-    keys = pa.concat_tables([t.select(list(primary_key)) for t in keys_by_region.values()])
+    keys = labelled.select(list(primary_key))
     found = dataset.to_table(columns=list(primary_key), filter=delete_predicate(keys, primary_key))
-    region = "_memwal_region"
-    labelled = pa.table(
+    typed = pa.table(
         {
             **{c: keys.column(c).cast(found.schema.field(c).type) for c in primary_key},
-            region: pa.array([r for r, t in keys_by_region.items() for _ in range(t.num_rows)], pa.string()),
+            REGION_COLUMN: labelled.column(REGION_COLUMN),
         }
     )
     matched = Counter(
-        found.join(labelled, keys=list(primary_key), join_type="inner").column(region).to_pylist()
+        found.join(typed, keys=list(primary_key), join_type="inner").column(REGION_COLUMN).to_pylist()
     )
-    return {r: matched[r] for r in keys_by_region}
+    return {r: matched[r] for r in regions}
 
 
 @dataclass(frozen=True)

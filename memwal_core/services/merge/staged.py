@@ -221,11 +221,12 @@ class StagedCollapse:
                 if rows.num_rows:
                     yield from conform(rows, self.base_schema, drop_extra=True, what=path).to_batches()
 
-    def deleted_keys(self, regions: Set[str]) -> pa.Table:
+    def deleted_keys(self, regions: Set[str], *, labelled: bool = False) -> pa.Table:
         tables = [
             self._only(unstage(p, self.storage_options), regions) for p in self._files("-deleted.lance")
         ]
-        return plain_keys(pa.concat_tables(tables), self.primary_key) if tables else pa.table({})
+        columns = [*self.primary_key, REGION_COLUMN] if labelled else self.primary_key
+        return plain_keys(pa.concat_tables(tables), columns) if tables else pa.table({})
 
     def keys(self, regions: Set[str]) -> pa.Table:
         columns = [*self.primary_key, REGION_COLUMN]

@@ -1,14 +1,19 @@
 """Each region's share of a batch's deleted rows, counted beside the commit: a failed count never fails a
-batch that is already committed."""
+batch that is already committed, and one read of every region's labelled keys splits the count."""
 
 from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
+from pathlib import Path
 
+import lance
+import pyarrow as pa
 import pytest
 
 from memwal_core.services.merge.batch_merge import deleted_shares
+from memwal_core.services.merge.collapse import REGION_COLUMN, InMemoryCollapse
+from memwal_core.services.merge.commit import base_rows_matching
 
 
 def done(
@@ -48,3 +53,26 @@ def test_a_failed_count_is_a_warning_and_each_region_reports_zero(caplog: pytest
 def test_a_bug_in_the_count_is_not_hidden() -> None:
     with pytest.raises(KeyError):
         deleted_shares(done(error=KeyError("id")), ["a", "b"], 9)
+
+
+def test_each_region_counts_the_base_rows_its_deleted_keys_match(tmp_path: Path) -> None:
+    """The count splits by the region each deleted key is labelled with; a key not in the base counts for
+    no one, and a region whose keys match nothing counts 0."""
+    lance.write_dataset(
+        pa.table({"id": pa.array(range(100), pa.int32()), "v": pa.array(range(100))}), tmp_path
+    )
+    collapse = InMemoryCollapse()
+    for region, keys in {"a": [1, 2, 500], "b": [3], "c": [700], "d": [4]}.items():
+        collapse.deleted_tables[region] = pa.table({"id": pa.array(keys, pa.int64())})
+    labelled = collapse.deleted_keys({"a", "b", "c"}, labelled=True)
+    assert sorted(
+        zip(labelled.column("id").to_pylist(), labelled.column(REGION_COLUMN).to_pylist(), strict=True)
+    ) == [
+        (1, "a"),
+        (2, "a"),
+        (3, "b"),
+        (500, "a"),
+        (700, "c"),
+    ]
+    counted = base_rows_matching(lance.dataset(tmp_path), ["id"], labelled, ["a", "b", "c"])
+    assert counted == {"a": 2, "b": 1, "c": 0}
