@@ -39,13 +39,24 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from memwal_core.errors import AlreadyExistsError, CorruptMetadataError, LeaseBusyError, LeaseLostError
+from memwal_core.errors import (
+    AlreadyExistsError,
+    CorruptMetadataError,
+    LeaseBusyError,
+    LeaseLostError,
+    NotFoundError,
+)
 from memwal_core.format.naming import LEASE_DIR
 from memwal_core.storage.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
 
 KEEP_RECORDS = 16
+# A record is pruned only once a record written this much later (by the store's clock) exists, so a
+# number can be written again only by a writer whose decision is older than this: see `_verified`.
+PRUNE_AGE = 60.0
+# How many times a lease's records are listed again when the newest one listed was pruned before it was read.
+RELISTS = 3
 # No holder asks for more than this: a record that expires further after it was written is damaged.
 MAX_TTL = 86_400.0
 
@@ -137,6 +148,8 @@ class Lease:
         self.progress = progress
         self.owner = _owner_id()
         self.dir = f"{LEASE_DIR}/{name}"
+        # When this holder last wrote a record of its own (monotonic): a renewal is decided on then.
+        self._written = time.monotonic()
         self.held: LeaseRecord | None = None
 
     def _path(self, seq: int) -> str:
@@ -156,7 +169,25 @@ class Lease:
 
         CorruptMetadataError if it cannot be decoded and is younger than the TTL.
         """
-        return self._read_latest(self._stored())
+        return self._newest()[1]
+
+    def _newest(self) -> tuple[dict[int, float], LeaseRecord | None]:
+        """The records stored (one LIST) and the newest of them, read.
+
+        The newest listed record can be gone by the time it is read: a holder that takes the lease
+        prunes the records KEEP_RECORDS back, so it has taken the lease that many times since this
+        LIST (a reader stalled between the two, or a holder taking it commit after commit). Newer
+        records exist then, so the records are listed again; LeaseBusyError if that keeps happening.
+        """
+        for _ in range(RELISTS):
+            stored = self._stored()
+            try:
+                return stored, self._read_latest(stored)
+            except NotFoundError:
+                continue
+        raise LeaseBusyError(
+            f"lease {self.name} of {self.store.uri} is taken again and again faster than it can be read"
+        )
 
     def _read_latest(self, stored: dict[int, float]) -> LeaseRecord | None:
         if not stored:
@@ -174,25 +205,63 @@ class Lease:
             )
         return LeaseRecord(seq, None, frees_at, unreadable=True)
 
-    def _write(self, seq: int, owner: str | None, expires_at: float) -> LeaseRecord:
+    def _write(
+        self, seq: int, owner: str | None, expires_at: float, decided: float | None
+    ) -> LeaseRecord | None:
+        """Write record `seq`, decided on at `decided` (monotonic; None: never checked, as a give-back
+        needs not be); None if it was decided on so long ago that newer records show it stale."""
         done_at = self.done_at if owner is not None else None
         record: dict[str, object] = {"owner": owner, "expires_at": expires_at, "written_at": time.time()}
         if done_at is not None:
             record["done_at"] = done_at
         self.store.put_if_not_exists(self._path(seq), json.dumps(record).encode())
+        if decided is not None and not self._verified(seq, decided):
+            log.warning(
+                "lease %s of %s: record %d was written %.0f s after it was decided on, and newer records "
+                "exist: the lease is not held",
+                self.name,
+                self.store.uri,
+                seq,
+                time.monotonic() - decided,
+            )
+            return None
+        self._written = time.monotonic()
         return LeaseRecord(seq, owner, expires_at, done_at=done_at)
+
+    def _verified(self, seq: int, decided: float) -> bool:
+        """Whether record `seq` is the newest, for a write decided on long ago.
+
+        A conditional PUT proves only that `seq` did not exist at that moment. A
+        number pruned since may be written again: a writer that paused between
+        reading the records and writing (or between two renewals) while another
+        holder took the lease KEEP_RECORDS times. Pruning waits PRUNE_AGE, so
+        only a write decided on at least that long before can land on a pruned
+        number; such a write lists the records again, and holds the lease only if
+        its record is there and the newest. So does every write on local disk,
+        where a listing is cheap but no snapshot: one that raced a holder's pruning
+        can come back empty, and the lease then looks never taken.
+        """
+        if not self.store.lists_cheaply and time.monotonic() - decided < PRUNE_AGE / 2:
+            return True
+        stored = self._stored()
+        return seq in stored and max(stored) == seq
 
     def try_acquire(self) -> bool:
         """Take the lease if it is free or expired; False if a live holder has it."""
-        stored = self._stored()
-        current = self._read_latest(stored)
+        decided = time.monotonic()
+        try:
+            stored, current = self._newest()
+        except LeaseBusyError:
+            return False
         now = time.time()
         if current is not None and current.live(now, self.progress) and current.owner != self.owner:
             return False
         seq = current.seq + 1 if current else 1
         try:
-            self.held = self._write(seq, self.owner, now + self.ttl)
+            self.held = self._write(seq, self.owner, now + self.ttl, decided)
         except AlreadyExistsError:
+            return False
+        if self.held is None:
             return False
         if current is not None and current.unreadable:
             log.warning(
@@ -201,7 +270,11 @@ class Lease:
                 self.ttl,
             )
         # Only records the LIST saw, so a quiet lease costs no DELETE at all.
-        self.store.map(self.store.delete, [self._path(old) for old in stored if old <= seq - KEEP_RECORDS])
+        newest = max(stored.values(), default=0.0)
+        pruned = [
+            old for old, mtime in stored.items() if old <= seq - KEEP_RECORDS and mtime <= newest - PRUNE_AGE
+        ]
+        self.store.map(self.store.delete, [self._path(old) for old in pruned])
         return True
 
     def acquire(self, *, wait: float = 0.0, poll: float = 0.5) -> Lease:
@@ -220,12 +293,11 @@ class Lease:
         if self.held is None:
             raise LeaseLostError(f"lease {self.name} is not held")
         try:
-            self.held = self._write(self.held.seq + 1, self.owner, time.time() + self.ttl)
+            self.held = self._write(self.held.seq + 1, self.owner, time.time() + self.ttl, self._written)
         except AlreadyExistsError:
             self.held = None
-            raise LeaseLostError(
-                f"lease {self.name} of {self.store.uri} was taken over by another holder"
-            ) from None
+        if self.held is None:
+            raise LeaseLostError(f"lease {self.name} of {self.store.uri} was taken over by another holder")
 
     def due(self) -> bool:
         """Whether `ensure` has anything to do: the lease is not held, or a third of its TTL has passed."""
@@ -243,7 +315,7 @@ class Lease:
         if self.held is None:
             return
         with contextlib.suppress(AlreadyExistsError):
-            self._write(self.held.seq + 1, None, 0.0)
+            self._write(self.held.seq + 1, None, 0.0, None)
         self.held = None
 
     def __enter__(self) -> Lease:

@@ -161,6 +161,7 @@ class LocalStore(ObjectStore):
 
     keeps_empty_dirs = True
     lance_puts_through_temp_files = True
+    lists_cheaply = True
 
     def delete_trees(self, paths: Sequence[str]) -> list[list[ObjectInfo]]:
         deleted = super().delete_trees(paths)

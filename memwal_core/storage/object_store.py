@@ -187,6 +187,9 @@ class ObjectStore(ABC):
     # Whether Lance writes a WAL entry here through a temp file and a rename (local disk), which a
     # writer killed mid-put leaves behind; on object stores it puts conditionally, in one request.
     lance_puts_through_temp_files = False
+    # Whether a listing costs next to nothing (local disk) but is no atomic snapshot: names deleted while
+    # it runs drop out, so a listing of records being pruned can come back empty (see `Lease`).
+    lists_cheaply = False
 
     @abstractmethod
     def list_dirs(self, path: str) -> list[str]:

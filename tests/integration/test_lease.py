@@ -12,7 +12,10 @@ import pytest
 
 from memwal_core.errors import CorruptMetadataError, LeaseBusyError, LeaseLostError
 from memwal_core.format.naming import LEASE_DIR
-from memwal_core.model.lease import KEEP_RECORDS, Lease
+from memwal_core.model import lease as lease_module
+from memwal_core.model.lease import KEEP_RECORDS, RELISTS, Lease
+from memwal_core.storage.local import LocalStore
+from memwal_core.storage.object_store import ObjectInfo
 from memwal_core.storage.options import StorageOptions
 from memwal_core.storage.stores import open_store
 
@@ -85,13 +88,19 @@ def test_lease_of_a_killed_local_holder_is_free_at_once(tmp_path: object) -> Non
 
 
 def test_old_records_are_pruned_and_a_quiet_lease_deletes_nothing(
-    store_uri: tuple[str, dict[str, str]],
+    store_uri: tuple[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     uri, options = store_uri
     store = open_store(uri, StorageOptions(options))
     for _ in range(KEEP_RECORDS + 10):
         with Lease(store, "merge-p", ttl=60):
             pass
+    # Records younger than PRUNE_AGE all stay: only a writer paused that long could write over a pruned one.
+    assert len(store.list_files(f"{LEASE_DIR}/merge-p")) == 2 * (KEEP_RECORDS + 10)
+    assert store.stats.snapshot().get("delete", 0) == 0
+    monkeypatch.setattr(lease_module, "PRUNE_AGE", 0.0)
+    with Lease(store, "merge-p", ttl=60):
+        pass
     records = store.list_files(f"{LEASE_DIR}/merge-p")
     assert KEEP_RECORDS - 1 <= len(records) <= KEEP_RECORDS + 1, len(records)
     deletes = store.stats.snapshot().get("delete", 0)
@@ -189,3 +198,81 @@ def test_a_holder_done_by_the_progress_read_frees_its_lease(tmp_path: Path) -> N
 
     Lease(store, "merge-e", ttl=60).acquire()
     assert not Lease(store, "merge-e", ttl=60, progress=1_000).try_acquire()
+
+
+class _HolderRunsAheadAfterEachList(LocalStore):
+    """A local store on which, right after each listing, another holder takes the lease KEEP_RECORDS + 1
+    times (pruning what the listing saw): a reader stalled between its LIST and its GET."""
+
+    def __init__(self, root: Path, holder: Lease, listings: int) -> None:
+        super().__init__(root)
+        self.holder = holder
+        self.listings = listings
+
+    def list_files(
+        self, path: str, *, recursive: bool = False, before: str | None = None
+    ) -> list[ObjectInfo]:
+        listed = super().list_files(path, recursive=recursive, before=before)
+        if self.listings > 0:
+            self.listings -= 1
+            for _ in range(KEEP_RECORDS + 1):
+                assert self.holder.try_acquire()
+        return listed
+
+
+@pytest.mark.parametrize("listings", [1, 2, 10])
+def test_a_newest_record_pruned_before_it_is_read_is_not_an_error(
+    tmp_path: Path, listings: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The newest record a LIST saw may be pruned before it is read, by a holder taking the lease again
+    and again: the lease is then held (busy), never "does not exist", and the record is read again."""
+    monkeypatch.setattr(lease_module, "PRUNE_AGE", 0.0)  # the holder prunes as it goes
+    holder = Lease(open_store(str(tmp_path), StorageOptions()), "details", ttl=300).acquire()
+    store = _HolderRunsAheadAfterEachList(tmp_path, holder, listings)
+    rival = Lease(store, "details", ttl=300)
+    assert not rival.try_acquire()
+    store.listings = listings
+    if listings < RELISTS:  # the records are listed again, and the holder's newest is read
+        latest = rival.latest()
+        assert latest is not None and latest.owner == holder.owner
+    else:
+        with pytest.raises(LeaseBusyError, match="faster than it can be read"):
+            rival.latest()
+    assert holder.try_acquire(), "the holder still holds its lease"
+
+
+class _PausedAfterReading(LocalStore):
+    """A store whose reader pauses after reading a lease record, while another holder takes the lease
+    KEEP_RECORDS + 1 times, pausing first so that the numbers it writes become old enough to prune."""
+
+    def __init__(self, root: Path, holder: Lease, pause: float) -> None:
+        super().__init__(root)
+        self.holder, self.pause, self.paused = holder, pause, False
+        self.lists_cheaply = False  # as on an object store: only a late write is checked
+
+    def read(self, path: str) -> bytes:
+        data = super().read(path)
+        if not self.paused:
+            self.paused = True
+            assert self.holder.try_acquire()
+            time.sleep(self.pause)
+            for _ in range(KEEP_RECORDS + 1):
+                assert self.holder.try_acquire()
+        return data
+
+
+def test_a_taker_paused_until_its_number_was_pruned_does_not_hold_the_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A taker reads a free lease, pauses; another holder takes it, and again and again until the number
+    the taker will write is pruned. The taker's conditional write then succeeds, on a number that existed
+    before: it must find the newer records and not hold the lease."""
+    monkeypatch.setattr(lease_module, "PRUNE_AGE", 0.2)
+    plain = open_store(str(tmp_path), StorageOptions())
+    Lease(plain, "merge-r", ttl=300).acquire().release()  # a free lease: record 2
+    holder = Lease(plain, "merge-r", ttl=300)
+    taker = Lease(_PausedAfterReading(tmp_path, holder, pause=0.3), "merge-r", ttl=300)
+    assert not taker.try_acquire(), "the paused taker holds a lease another holder holds"
+    assert taker.held is None
+    assert holder.try_acquire() and holder.held is not None, "the other holder kept it"
+    assert holder.held.seq > KEEP_RECORDS

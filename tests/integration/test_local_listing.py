@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from memwal_core.errors import StorageError
+from memwal_core.model import lease as lease_module
 from memwal_core.model.lease import Lease
 from memwal_core.storage.options import StorageOptions
 from memwal_core.storage.stores import open_store
@@ -39,10 +40,13 @@ def test_a_listing_keeps_what_stays_while_other_names_are_deleted(tmp_path: Path
     assert all("d/keep.json" in names for names in listings), "a listing lost a file nobody deleted"
 
 
-def test_a_lease_is_never_taken_while_its_pruning_holder_renews(tmp_path: Path) -> None:
+def test_a_lease_is_never_taken_while_its_pruning_holder_renews(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One holder takes its own lease again and again, as a merger does commit after commit (each take
     writes a record and prunes those 16 back); another asks for the lease throughout, and must never
     get it."""
+    monkeypatch.setattr(lease_module, "PRUNE_AGE", 0.0)  # prune at once: the race at its widest
     store = open_store(str(tmp_path), StorageOptions())
     holder = Lease(store, "details", ttl=300).acquire()
     stop = threading.Event()
