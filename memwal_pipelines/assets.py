@@ -97,10 +97,10 @@ def service_metadata(result: ServiceResult, **extra: Any) -> dict[str, Any]:
     return {**numbers, **engine, **extra, "result": MetadataValue.json(shown)}
 
 
-def on_table(memwal: MemWalResource, keys: TableKeys, run: Callable[[MemWalTable], R]) -> R:
+def on_table(memwal: MemWalResource, keys: TableKeys, service: str, run: Callable[[MemWalTable], R]) -> R:
     """Open the table from the resource and run one service; memwal's errors become a one-line Failure."""
     try:
-        with memwal.open(keys.table) as opened:
+        with memwal.open(keys.table, service) as opened:
             return run(opened)
     except MemwalError as exc:
         raise Failure(description=str(exc), metadata={"error": type(exc).__name__}) from exc
@@ -123,6 +123,7 @@ def plain_report(result: ServiceResult) -> Report:
 def _service_asset(
     keys: TableKeys,
     key: AssetKey,
+    service_name: str,
     description: str,
     run: Callable[[MemWalResource, MemWalTable], Outcome],
     report: Callable[[Outcome], Report],
@@ -144,7 +145,7 @@ def _service_asset(
         description=description,
     )
     def service(context: AssetExecutionContext, memwal: MemWalResource) -> MaterializeResult:  # type: ignore[type-arg]
-        result, figures = report(on_table(memwal, keys, lambda opened: run(memwal, opened)))
+        result, figures = report(on_table(memwal, keys, service_name, lambda opened: run(memwal, opened)))
         context.log.info(render(result))
         metadata = service_metadata(result, **figures)
         failure = failed_step(result, metadata)
@@ -277,7 +278,7 @@ def merge_round(
         # The UI shows which regions are behind from these observations: refresh the merged ones.
         return result, backlog(opened, regions=sorted({r.region for r in result.regions}))
 
-    result, after = on_table(memwal, keys, one_round)
+    result, after = on_table(memwal, keys, "merge", one_round)
     context.log.info(render(result))
     for region, figures in region_figures(result).items():
         context.log_event(AssetMaterialization(asset_key=keys.base, partition=region, metadata=figures))
@@ -364,6 +365,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         _service_asset(
             keys,
             keys.indexes,
+            "catchup",
             "Base-table indexes the MemWAL maintains, caught up with merged data.",
             lambda _memwal, opened: catchup(opened),
             _catchup_report,
@@ -371,6 +373,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         _service_asset(
             keys,
             keys.snapshot,
+            "snapshot",
             "The MemWAL index's region snapshot (one row per region).",
             lambda _memwal, opened: build_snapshot(opened),
             plain_report,
@@ -378,6 +381,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         _service_asset(
             keys,
             keys.status,
+            "status",
             "Regions, merge progress and backlog of the table: which regions are behind (regions_table) "
             "and table-level numbers to plot. Also recorded by the flushed-generations sensor.",
             lambda _memwal, opened: read_status(opened),
@@ -386,6 +390,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         _service_asset(
             keys,
             keys.compaction,
+            "compact",
             "The base table's fragments, compacted by Lance's distributed compaction "
             f"(at most {table.compaction_max_tasks} rewrite tasks a run).",
             run_compaction,
@@ -395,6 +400,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         _service_asset(
             keys,
             keys.retention,
+            "retain",
             f"Base-table versions kept: untagged versions older than {table.retain_older_than} removed.",
             run_retention,
             plain_report,
@@ -403,6 +409,7 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         _service_asset(
             keys,
             keys.gc_report,
+            "gc",
             "What GC deleted (generations, WAL entries, manifest versions, bytes) and what it kept, by rule. "
             "Runs only after the blocking lsm_consistency check passed.",
             run_gc,

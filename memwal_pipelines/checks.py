@@ -31,7 +31,7 @@ def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
         ),
     )
     def merge_backlog(memwal: MemWalResource) -> AssetCheckResult:
-        with memwal.open(table) as opened:
+        with memwal.open(table, "checks") as opened:
             found = backlog(opened)
         worst = max(found.regions, key=lambda r: len(r.pending), default=None)
         return AssetCheckResult(
@@ -51,7 +51,7 @@ def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
         description=f"Every maintained index at most {table.max_index_lag} generations behind merges.",
     )
     def index_lag_check(memwal: MemWalResource) -> AssetCheckResult:
-        with memwal.open(table) as opened:
+        with memwal.open(table, "checks") as opened:
             lags = index_state(opened).max_lag
         return AssetCheckResult(
             passed=max(lags.values(), default=0) <= table.max_index_lag,
@@ -65,7 +65,7 @@ def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
         description="Lance's LSM read agrees with the base table plus the pending generations.",
     )
     def lsm_consistency(context: AssetCheckExecutionContext, memwal: MemWalResource) -> AssetCheckResult:
-        with memwal.open(table) as opened:
+        with memwal.open(table, "checks") as opened:
             result = check_consistency(opened)
         for line in [*(f.message for f in result.failures), *result.mismatches[:5]]:
             context.log.error(line)
@@ -85,7 +85,7 @@ def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
         ),
     )
     def gc_backlog(memwal: MemWalResource) -> AssetCheckResult:
-        with memwal.open(table) as opened:
+        with memwal.open(table, "checks") as opened:
             planned = gc(opened, dry_run=True, policy=table.gc_policy())
         figures = gc_figures(planned)
         # A generation pruned and deleted in one run (grace 0) counts once.

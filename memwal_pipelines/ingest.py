@@ -49,6 +49,7 @@ def ingest_job(keys: TableKeys) -> JobDefinition:
         result = on_table(
             memwal,
             keys,
+            "ingest",
             lambda table: ingest(
                 table,
                 config.sources,

@@ -120,7 +120,7 @@ def sensor_table(table: TableConfig) -> Iterator[MemWalTable]:
     every tick: sensors take neither. A tick that fails drops the table, so the
     next one opens it afresh (new credentials, an endpoint back).
     """
-    options = storage_options(table)
+    options = storage_options(table).for_service("sensor")
     key = (table.uri, json.dumps(options.as_dict(), sort_keys=True))
     with _SENSOR_TABLES_LOCK:
         opened = _SENSOR_TABLES.get(key)
@@ -172,8 +172,9 @@ class MemWalResource(ConfigurableResource):  # type: ignore[type-arg]
     def storage_options(self, table: TableConfig) -> StorageOptions:
         return storage_options(table)
 
-    def open(self, table: TableConfig) -> MemWalTable:
-        return MemWalTable.open(table.uri, storage_options(table))
+    def open(self, table: TableConfig, service: str) -> MemWalTable:
+        """`table`, its requests named as `service`'s (the User-Agent: StorageOptions.for_service)."""
+        return MemWalTable.open(table.uri, storage_options(table).for_service(service))
 
     def spark_session(self, table: TableConfig) -> SparkSession:
         """The run's SparkSession for `table`: on the table's own Spark if it names one, else the pipeline's."""

@@ -489,7 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         options = StorageOptions.parse(args.storage_option)
-        with MemWalTable(args.table, options) as table:
+        with MemWalTable(args.table, options.for_service(args.command)) as table:
             # The command's modules load while the table is checked: the check waits on storage.
             with side_call(lambda: _check_table(table, args.command)) as checked:
                 if getattr(args, "service", None):

@@ -88,7 +88,7 @@ class WatchedTable:
     def read(self) -> None:
         try:
             if self.watch is None:
-                self.watch = TableWatch(MemWalTable.open(self.uri, self.options))
+                self.watch = TableWatch(MemWalTable.open(self.uri, self.options.for_service("metrics")))
             self.reading = self.watch.read()
         except MemwalError as exc:
             self.refused = self.watch is None and isinstance(exc, BadInputError)

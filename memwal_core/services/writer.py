@@ -233,7 +233,12 @@ class MemWalWriter:
 
         Extra keyword arguments are `WriterOptions` fields (`durable_write=False`, ...).
         """
-        self.table = MemWalTable.open(uri, storage_options)
+        given = (
+            storage_options
+            if isinstance(storage_options, StorageOptions)
+            else StorageOptions(storage_options)
+        )
+        self.table = MemWalTable.open(uri, given.for_service("writer"))
         self.options = options or build(WriterOptions, native)
         self._dataset = self.table.latest
         self.schema: pa.Schema = self.table.schema

@@ -55,6 +55,7 @@ _S3_KEYS = [
     "sse_bucket_key_enabled",
     "sse_customer_key_base64",
 ]
+USER_AGENT = "user_agent"
 _CLIENT_KEYS = [
     "allow_http",
     "allow_invalid_certificates",
@@ -75,7 +76,7 @@ _CLIENT_KEYS = [
     "randomize_addresses",
     "read_timeout",
     "timeout",
-    "user_agent",
+    USER_AGENT,
 ]
 _LANCE_KEYS = [
     "block_size",
@@ -200,6 +201,14 @@ class StorageOptions(Mapping[str, str]):
                 f"from 1 to {CONCURRENT_REQUESTS_LIMIT}"
             )
         return value
+
+    def for_service(self, service: str) -> StorageOptions:
+        """These options with a User-Agent naming the memwal service that makes the requests (`memwal/merge`),
+        unless the user set one: a store's access log (S3 server access logs, CloudTrail) then shows what
+        each service costs. Lance appends its own name to it; memwal's S3 client sends it as it is."""
+        if USER_AGENT in self._values:
+            return self
+        return StorageOptions({**self._values, USER_AGENT: f"memwal/{service}"})
 
     def as_dict(self) -> dict[str, str]:
         """A plain dict for Lance's `storage_options=`, with memwal's default time limits (none of memwal's own)."""

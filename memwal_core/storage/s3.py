@@ -21,7 +21,7 @@ import obstore
 from memwal_core.errors import AlreadyExistsError, NotFoundError, StorageError
 from memwal_core.storage.limits import TimeLimits
 from memwal_core.storage.object_store import ObjectInfo, ObjectStore, join_path, start_io_threads
-from memwal_core.storage.options import DEFAULT_CONCURRENT_REQUESTS, StorageOptions
+from memwal_core.storage.options import DEFAULT_CONCURRENT_REQUESTS, USER_AGENT, StorageOptions
 from memwal_core.storage.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -166,6 +166,7 @@ def _client(
             "timeout": timedelta(seconds=limits.request),
             "connect_timeout": timedelta(seconds=limits.connect),
             "pool_max_idle_per_host": str(pool),
+            **({"user_agent": agent} if (agent := options.get(USER_AGENT)) else {}),
         },
         retry_config={"max_retries": 0, "retry_timeout": timedelta(seconds=limits.total)},
     )

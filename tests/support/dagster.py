@@ -252,32 +252,37 @@ class DagsterDeployment(LoopbackService):
         data: dict[str, Any] = payload["data"]
         return data
 
-    def _start_sensor_once(self, name: str) -> str:
-        """One startSensor mutation; returns the sensor's new status."""
+    def _start_once(self, kind: str, name: str) -> str:
+        """One startSensor or startSchedule mutation (`kind`: "Sensor" or "Schedule"); the new status."""
+        field = kind[0].lower() + kind[1:]
+        # What a start answers: the sensor itself, or (for a schedule) its new state.
+        answer = "Sensor" if kind == "Sensor" else "ScheduleStateResult"
         data = self.graphql(
-            """mutation($selector: SensorSelector!) {
-                 startSensor(sensorSelector: $selector) {
+            f"""mutation($selector: {kind}Selector!) {{
+                 start{kind}({field}Selector: $selector) {{
                    __typename
-                   ... on Sensor { sensorState { status } }
-                   ... on PythonError { message }
-                 }
-               }""",
+                   ... on {answer} {{ {field}State {{ status }} }}
+                   ... on PythonError {{ message }}
+                 }}
+               }}""",
             {
                 "selector": {
                     "repositoryLocationName": LOCATION,
                     "repositoryName": REPOSITORY,
-                    "sensorName": name,
+                    f"{field}Name": name,
                 }
             },
         )
-        result = data["startSensor"]
-        if result["__typename"] != "Sensor":
-            raise RuntimeError(f"sensor {name} did not start: {result}")
-        status: str = result["sensorState"]["status"]
+        result = data[f"start{kind}"]
+        state = result.get(f"{field}State")
+        if state is None:
+            raise RuntimeError(f"{field} {name} did not start: {result}")
+        status: str = state["status"]
         return status
 
-    def start_sensor(self, name: str, timeout: float = 60.0) -> str:
-        """Turn a sensor on, as the UI toggle does, retrying while the webserver answers SensorNotFoundError.
+    def _start(self, kind: str, name: str, timeout: float) -> str:
+        """Turn a sensor or schedule on, as the UI toggle does, retrying while the webserver answers
+        {kind}NotFoundError.
 
         Right after the location reports LOADED, the webserver's request context
         can still miss the location's sensors for a moment (seen about one start
@@ -286,8 +291,14 @@ class DagsterDeployment(LoopbackService):
         deadline = time.monotonic() + timeout
         while True:
             try:
-                return self._start_sensor_once(name)
+                return self._start_once(kind, name)
             except RuntimeError as exc:
-                if "SensorNotFoundError" not in str(exc) or time.monotonic() > deadline:
+                if f"{kind}NotFoundError" not in str(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(1.0)
+
+    def start_sensor(self, name: str, timeout: float = 60.0) -> str:
+        return self._start("Sensor", name, timeout)
+
+    def start_schedule(self, name: str, timeout: float = 60.0) -> str:
+        return self._start("Schedule", name, timeout)

@@ -49,6 +49,10 @@ class ForwardingProxy(InProcessListener):
         """Called before a request is forwarded; anything truthy dooms the answers on this connection."""
         return False
 
+    def on_request_head(self, line: str, head: bytes) -> object:
+        """`on_request`, for a proxy that also reads the request's headers (`head`: the chunk it starts)."""
+        return self.on_request(line)
+
     def answer_doomed(self, choice: object, client: socket.socket) -> bool:
         """The server answered a doomed request (so applied it); False stops forwarding on the connection.
 
@@ -60,7 +64,7 @@ class ForwardingProxy(InProcessListener):
         with contextlib.suppress(OSError):
             while chunk := client.recv(65536):
                 line = request_line(chunk)
-                choice = self.on_request(line) if line is not None else None
+                choice = self.on_request_head(line, chunk) if line is not None else None
                 if choice:
                     doomed.append(choice)
                 upstream.sendall(chunk)
