@@ -62,18 +62,27 @@ from tests.support.proxy import LatencyProxy  # noqa: E402
 PRICES = {"HEAD": 0.0004, "GET": 0.0004, "PUT": 0.005, "LIST": 0.005, "DELETE": 0.0, "GB_MONTH": 0.023}
 HOURS_PER_MONTH = 730
 KINDS = ("HEAD", "GET", "PUT", "LIST", "DELETE")
-# A scheduled service (as its User-Agent names it) -> (its job's schedule, the table key of its cron or
-# None, the compressed cron, factor: runs per hour at the default cron / at the compressed one).
+# A scheduled job -> (the table key of its cron, or None: not settable), the compressed cron, and its
+# factor: runs per hour at the default cron / at the compressed one.
 SCHEDULES = {
-    "snapshot": ("snapshot", "snapshot_cron", "* * * * *", 15.0),  # default every 15 minutes
-    "gc": ("gc", "gc_cron", "*/4 * * * *", 15.0),  # default hourly
-    "compact": ("compaction", "compaction_cron", "*/24 * * * *", 15.0),  # default every 6 hours
-    "retain": ("retention", "retention_cron", "0 */2 * * *", 12.0),  # default daily
-    # Every 10 minutes, not settable; GC's blocking consistency check (compressed) is counted here too.
-    "checks": ("checks", None, "", 1.0),
+    "snapshot": ("snapshot_cron", "* * * * *", 15.0),  # default every 15 minutes
+    "gc": ("gc_cron", "*/4 * * * *", 15.0),  # default hourly
+    "compaction": ("compaction_cron", "*/24 * * * *", 15.0),  # default every 6 hours
+    "retention": ("retention_cron", "0 */2 * * *", 12.0),  # default daily
+    "checks": (None, "", 1.0),  # every 10 minutes (CHECKS_CRON)
+}
+# The scheduled services (as their User-Agent names them) and their jobs. The snapshot job also records
+# the status asset; GC's job runs the blocking consistency check first, counted under "checks" uncompressed.
+SERVICE_JOB = {
+    "snapshot": "snapshot",
+    "status": "snapshot",
+    "gc": "gc",
+    "compact": "compaction",
+    "retain": "retention",
+    "checks": "checks",
 }
 # Services in the order printed; "writer" is the tables' own writers, not memwal's maintenance.
-SERVICES = ("sensor", "metrics", "merge", "catchup", *SCHEDULES, "status", "writer", "other")
+SERVICES = ("sensor", "metrics", "merge", "catchup", *SERVICE_JOB, "writer", "other")
 BUCKET = "bill"
 
 
@@ -110,14 +119,19 @@ class BillingProxy(LatencyProxy):
 
     def __init__(self, upstream_port: int, *, delay: float) -> None:
         self.bill: Counter[tuple[str, str, str]] = Counter()
+        # Bytes the writers PUT, by table, counting or not: what the tables ingested (WAL entries, generations).
+        self.ingested: Counter[str] = Counter()
         self.counting = False
         super().__init__(upstream_port, delay=delay)
 
     def on_request_head(self, line: str, head: bytes) -> object:
-        if self.counting:
-            key = (request_table(line) or "?", request_service(head), request_kind(line))
-            with self._lock:
+        key = (request_table(line) or "?", request_service(head), request_kind(line))
+        length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+        with self._lock:
+            if self.counting:
                 self.bill[key] += 1
+            if key[1] == "writer" and key[2] == "PUT" and length:
+                self.ingested[key[0]] += int(length.group(1))
         return self.on_request(line)
 
 
@@ -214,11 +228,11 @@ def processes(
 
 def build(args: argparse.Namespace, server: Any) -> list[str]:
     """Upload `--tables` tables (built once on local disk under `--cache`) to the bucket; their URIs."""
-    cached = args.cache / f"{args.regions}-regions"
+    cached = args.cache / f"{args.regions}-regions-{args.base_rows}-rows"
     if not (cached / "_versions").is_dir():
         shutil.rmtree(cached, ignore_errors=True)
         cached.parent.mkdir(parents=True, exist_ok=True)
-        build_table(str(cached), args.regions)
+        build_table(str(cached), args.regions, args.base_rows)
     uris = [f"s3://{BUCKET}/t{i}" for i in range(args.tables)]
     for uri in uris:
         upload(cached, uri, server.storage_options())
@@ -229,6 +243,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", type=int, default=4)
     parser.add_argument("--regions", type=int, default=16)
+    parser.add_argument("--base-rows", type=int, default=1_000_000)
     parser.add_argument("--writing", type=int, default=1, help="tables with a steady writer (the first ones)")
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--warmup-seconds", type=float, default=90.0)
@@ -264,7 +279,7 @@ def run(args: argparse.Namespace) -> None:
         server.create_bucket(BUCKET)
         uris = build(args, server)
         listing = work / "tables.yaml"
-        crons = "".join(f", {key}: '{cron}'" for _job, key, cron, _f in SCHEDULES.values() if key)
+        crons = "".join(f", {key}: '{cron}'" for key, cron, _f in SCHEDULES.values() if key)
         listing.write_text(
             "tables:\n"
             + "".join(
@@ -280,7 +295,7 @@ def run(args: argparse.Namespace) -> None:
                 for sensor in (FLUSHED_SENSOR, CATCHUP_SENSOR, COMPACTION_SENSOR):
                     running.start_sensor(sensor)
                 for i in range(len(uris)):
-                    for job, _key, _cron, _f in SCHEDULES.values():
+                    for job in SCHEDULES:
                         running.start_schedule(f"t{i}_{job}_schedule")
                 (port,) = free_ports(1)
                 flags = [part for k, v in options.items() for part in ("-o", f"{k}={v}")]
@@ -340,16 +355,17 @@ def run(args: argparse.Namespace) -> None:
             f"t{i}": stored_by_kind(store, f"t{i}", pending_generations(u, direct))
             for i, u in enumerate(uris)
         }
-    report(args, proxy.bill, hours, stored)
+    report(args, proxy, hours, stored)
 
 
 def report(
     args: argparse.Namespace,
-    bill: Counter[tuple[str, str, str]],
+    proxy: BillingProxy,
     hours: float,
     stored: dict[str, dict[str, tuple[int, int]]],
 ) -> None:
-    factor = {service: f for service, (_job, _key, _cron, f) in SCHEDULES.items()}
+    bill = proxy.bill
+    factor = {service: SCHEDULES[job][2] for service, job in SERVICE_JOB.items()}
     print(
         f"\n{args.tables} tables x {args.regions} regions on SeaweedFS at {args.delay_ms:g} ms, "
         f"{args.writing} with a steady writer ({args.put_rate:g} puts/s of {args.put_rows} rows), "
@@ -397,6 +413,11 @@ def report(
             f"  beyond base + pending: {kept / 1e6:.2f} MB, {kept / max(1, held - kept) * 100:.1f}% of base + pending; "
             f"storage USD {held / 1e9 * PRICES['GB_MONTH']:.4f}/month"
         )
+        if proxy.ingested[table]:
+            print(
+                f"  ingested (the writer's PUT bytes, from its start): {proxy.ingested[table] / 1e6:.1f} MB; "
+                f"held beyond base + pending per byte ingested: {kept / proxy.ingested[table]:.3f}"
+            )
     print(f"\nprices (USD per 1,000 requests; per GB-month): {PRICES}")
 
 

@@ -103,8 +103,8 @@ def write_round(uri: str, regions: int, label: str) -> float:
     return flushed
 
 
-def build_table(uri: str, regions: int) -> None:
-    lance.write_dataset(pa.table({"id": range(BASE_ROWS), "v": ["base"] * BASE_ROWS}, schema=SCHEMA), uri)
+def build_table(uri: str, regions: int, base_rows: int = BASE_ROWS) -> None:
+    lance.write_dataset(pa.table({"id": range(base_rows), "v": ["base"] * base_rows}, schema=SCHEMA), uri)
     with MemWalTable(uri) as table:
         initialize(table, ["id"], RegionSpecChoice(bucket_column="id", num_buckets=regions))
     write_round(uri, regions, "setup")
