@@ -166,9 +166,12 @@ def test_the_snapshot_versions_are_read_without_lance_from_memwals_copy(tmp_path
         details = table.index_details()
         recorded = {r.region: r.version for r in read_stored_snapshot(table, details).rows}
         assert result.storage == "file" and set(recorded.values()) == {3}
-        assert json.loads(copy.read_bytes()) == {
+        record = json.loads(copy.read_bytes())
+        assert record == {
             "snapshot_ts_millis": details.snapshot_ts_millis,
             "regions": dict(sorted(recorded.items())),
+            "digest": record["digest"],
+            "path": result.path,
         }
         assert snapshot_hints(table, details) == recorded
     assert not status_loads_lance(uri)
@@ -182,6 +185,37 @@ def test_the_snapshot_versions_are_read_without_lance_from_memwals_copy(tmp_path
         assert snapshot_hints(table, table.index_details()) == recorded
     copy.unlink()
     assert status_loads_lance(uri)
+
+
+@pytest.mark.parametrize("inline_threshold", [100, 0])
+def test_a_snapshot_of_an_unchanged_table_commits_nothing(tmp_path: Path, inline_threshold: int) -> None:
+    """The scheduled snapshot of an idle table writes no table version and no file; any change, or the
+    stored file gone (Lance's cleanup), builds it again."""
+    uri = str(tmp_path / "t")
+    write_demo_table(uri, base_rows=50, regions=2, rounds=1, rows_per_generation=10)
+    with MemWalTable.open(uri) as table:
+        first = build_snapshot(table, inline_threshold=inline_threshold)
+        assert not first.unchanged and first.new_version == first.read_version + 1
+        again = build_snapshot(table, inline_threshold=inline_threshold)
+        assert again.unchanged and again.new_version == again.read_version == first.new_version
+        assert again.snapshot_ts_millis == first.snapshot_ts_millis
+        assert table.latest_version() == first.new_version
+
+        merge(table)  # merge progress moved: the rows differ
+        merged = build_snapshot(table, inline_threshold=inline_threshold)
+        assert not merged.unchanged and merged.new_version == table.latest_version()
+        stored = read_stored_snapshot(table, table.index_details())
+        merged_now = table.index_details().merged
+        assert {r.region: r.merged_generation for r in stored.rows} == merged_now and min(
+            merged_now.values()
+        ) > 0
+        assert build_snapshot(table, inline_threshold=inline_threshold).unchanged
+
+        if merged.path is not None:  # a file snapshot whose file is gone is built again
+            (tmp_path / "t" / merged.path).unlink()
+            rebuilt = build_snapshot(table, inline_threshold=inline_threshold)
+            assert not rebuilt.unchanged and rebuilt.path is not None
+            assert read_stored_snapshot(table, table.index_details()).rows == stored.rows
 
 
 @pytest.mark.parametrize("mode", ["bucket", "identity"])

@@ -4,28 +4,31 @@ Plan (read every region, outside any lock), then under the index-details
 lease: re-read merge progress, encode the rows as a Lance file (inline in
 the details up to a threshold of regions, else `_indices/{uuid}/index.lance`),
 commit the details with progress carried over unchanged, and verify that no
-region's progress went down, repairing it if it did.
+region's progress went down, repairing it if it did. A build that finds the
+rows the stored snapshot holds (memwal's copy of it records their digest)
+commits nothing: watching an idle table costs no table version.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from memwal_core.arguments import Amount, Seconds, checked
 from memwal_core.errors import AlreadyExistsError, StorageError
 from memwal_core.format.naming import region_snapshot_path
-from memwal_core.format.region_snapshot import encode, region_field_types, to_arrow
+from memwal_core.format.region_snapshot import RegionSnapshotRow, encode, region_field_types, to_arrow
 from memwal_core.model.details_commit import ProgressRepair, commit_details
 from memwal_core.model.details_lease import DEFAULT_DETAILS_LEASE_TTL, details_lease
 from memwal_core.model.outcomes import SNAPSHOT
-from memwal_core.model.region_versions import write_region_versions
+from memwal_core.model.region_versions import read_rows_digest, write_region_versions
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.defaults import DEFAULT_INLINE_THRESHOLD
 from memwal_core.services.outcome import recorded
@@ -55,6 +58,8 @@ class SnapshotResult(ServiceResult):
     seconds_read: float
     seconds_commit: float
     requests: dict[str, int] = field(default_factory=dict)
+    # Nothing changed since the stored snapshot (the same rows): nothing was committed or written.
+    unchanged: bool = False
 
 
 def _refresh_hint(table: MemWalTable, region: str, position: int) -> int | None:
@@ -91,6 +96,50 @@ def _refresh_hints(table: MemWalTable, plan: SnapshotPlan) -> tuple[SnapshotPlan
     return dataclasses.replace(plan, regions=rows), sorted(written)
 
 
+def rows_digest(rows: Sequence[RegionSnapshotRow], *, inline: bool) -> str:
+    """What a snapshot records, as a digest: equal rows (merge progress included) stored the same way."""
+    return hashlib.sha256(repr((inline, tuple(rows))).encode()).hexdigest()
+
+
+def _current(table: MemWalTable, snapshot_ts_millis: int, digest: str) -> bool:
+    """Whether the stored snapshot has these rows, and its file (if any) is still there: Lance's cleanup
+    of the version that wrote it removes it (`memwal retain` then builds the snapshot again)."""
+    stored = read_rows_digest(table.store, snapshot_ts_millis)
+    if stored is None or stored[0] != digest:
+        return False
+    return stored[1] is None or table.store.exists(stored[1])
+
+
+def _unchanged(
+    table: MemWalTable,
+    plan: SnapshotPlan,
+    snapshot_ts_millis: int,
+    version: int,
+    started: float,
+    read_done: float,
+) -> SnapshotResult:
+    """The result of a build that found the stored snapshot current."""
+    finished = time.perf_counter()
+    return SnapshotResult(
+        table=table.uri,
+        read_version=version,
+        new_version=version,
+        seconds=finished - started,
+        regions=len(plan.regions),
+        storage="inline" if plan.inline else "file",
+        path=None,
+        snapshot_bytes=0,
+        snapshot_ts_millis=snapshot_ts_millis,
+        stale_wal_hints=len(plan.stale_wal_hints),
+        refreshed_hints=[],
+        progress_repairs=[],
+        seconds_read=read_done - started,
+        seconds_commit=finished - read_done,
+        requests=table.store.stats.snapshot(),
+        unchanged=True,
+    )
+
+
 @checked
 @recorded(SNAPSHOT)
 def build_snapshot(
@@ -122,6 +171,11 @@ def build_snapshot(
             dataclasses.replace(r, merged_generation=details.merged_generation(r.region))
             for r in plan.regions
         ]
+        digest = rows_digest(rows, inline=plan.inline)
+        if details.snapshot_ts_millis and _current(table, details.snapshot_ts_millis, digest):
+            return _unchanged(
+                table, plan, details.snapshot_ts_millis, int(dataset.version), started, read_done
+            )
         data = encode(to_arrow(rows, region_field_types(message.sharding_specs)))
         message.snapshot_ts_millis = plan.read_at_millis
         message.num_shards = len(rows)
@@ -140,7 +194,7 @@ def build_snapshot(
                     table.store.delete(path)
 
         commit = commit_details(table, lease, dataset, message, new_uuid, undo=undo)
-    write_region_versions(table.store, plan.read_at_millis, {r.region: r.version for r in rows})
+    write_region_versions(table.store, plan.read_at_millis, {r.region: r.version for r in rows}, digest, path)
     finished = time.perf_counter()
     return SnapshotResult(
         table=table.uri,
