@@ -2,15 +2,24 @@
 
 Finding the latest never LISTs the manifest folder (object-store listings
 are slow and only eventually consistent on some stores): read the best-effort
-`version_hint.json`, then probe forward with HEAD requests, first one, then
-growing parallel batches. With a current hint that is three requests per
-region: the hint, one HEAD, the manifest.
+`version_hint.json`, then probe forward with HEAD requests. With a current
+hint that is three requests per region: the hint, one HEAD, the manifest.
 
 A caller that already knows a version (from the region snapshot, a sensor's
 cursor or a listing it made) skips the hint: one HEAD and the manifest; one
 HEAD alone when it also holds that version's manifest (versions never
-change once written). A known version is only a hint: the HEAD verifies it,
-and a version that is gone falls back to the hint file.
+change once written). A known version is only a hint: the HEAD verifies it.
+If the next version exists, the known one is stale (a snapshot a week old,
+and GC keeps a week of versions): probing goes on from the hint file when it
+names a later version, two requests more. A known version that is gone falls
+back to the hint file.
+
+Past a stale start the probe gallops (start+1, +2, +4, ... until one is
+missing) and bisects: O(log n) HEADs for n versions, never one per version,
+so retained versions (and WAL entries, probed the same way) cost no read more
+than a few requests. Versions are contiguous by protocol (GC deletes only the
+oldest), which makes the bisection sound; the end it finds gets one more HEAD,
+so a one-version gap there is reported rather than hiding later versions.
 """
 
 from __future__ import annotations
@@ -35,45 +44,45 @@ from memwal_core.storage.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
 
-FIRST_PROBE_BATCH = 4
-MAX_PROBE_BATCH = 64
-
 
 def probe_run_end(
     store: ObjectStore, path_of: Callable[[int], str], start: int, *, what: str, where: str
 ) -> int:
     """The last number of the unbroken run of objects `path_of(n)` after `start` (`start` if none).
 
-    Probes with HEAD requests, first one, then growing parallel batches.
-    Raises CorruptMetadataError when a number is missing while a later one
-    exists and stays missing when asked again: a gap hides the later objects
-    from every reader, Lance's included. (Parallel HEADs can see a live
-    writer's N+1 but not its N, written a moment apart; a second look tells
-    that race from a real gap.)
+    One HEAD when nothing follows `start`. Otherwise gallop (HEAD start+2, +4, +8, ... until
+    one is missing), then bisect between the last present and the first missing: about
+    2 log2(n) HEADs for a run of n, not n, sound because the numbers are contiguous by
+    protocol (only the oldest are ever deleted).
+
+    The end found gets one more HEAD, past the first missing number. A later object there
+    is a gap that would hide it from every reader, Lance's included: CorruptMetadataError,
+    unless the missing number exists when asked again (a live writer's N can land just
+    after its absence was seen, and before its N+1 was). A gap the gallop jumps over hides
+    nothing from this probe and is not looked for: that would cost a HEAD per number.
     """
     if not store.exists(path_of(start + 1)):
         return start
-    latest = start + 1
-    batch = FIRST_PROBE_BATCH
+    present = start + 1
     while True:
-        candidates = list(range(latest + 1, latest + 1 + batch))
-        found = store.exists_many([path_of(n) for n in candidates])
-        if all(found):
-            latest = candidates[-1]
-            batch = min(batch * 2, MAX_PROBE_BATCH)
-            continue
-        first_missing = found.index(False)
-        missing = candidates[first_missing]
-        # The probe has already gone past a stale hint, so one more HEAD
-        # is cheap insurance that the run really ends here.
-        after = found[first_missing + 1 :] or [store.exists(path_of(missing + 1))]
-        if not any(after):
-            return missing - 1
+        step = 1
+        while store.exists(path_of(present + step)):
+            present += step
+            step *= 2
+        missing = present + step
+        while missing - present > 1:
+            middle = (present + missing) // 2
+            if store.exists(path_of(middle)):
+                present = middle
+            else:
+                missing = middle
+        if not store.exists(path_of(missing + 1)):
+            return present
         if not store.exists(path_of(missing)):
             raise CorruptMetadataError(
                 f"{what} {missing} is missing but later ones exist ({store.describe(where)})"
             )
-        latest = missing
+        present = missing + 1
 
 
 class RegionManifestStore:
@@ -128,30 +137,37 @@ class RegionManifestStore:
     def read_latest(self, known: int | RegionManifest | None = None) -> RegionManifest:
         """The newest manifest; NotFoundError if the region has none.
 
-        `known`: a version believed to exist (or its manifest), where probing starts instead of the hint.
+        `known`: a version believed to exist (or its manifest), checked with one HEAD of the
+        next version instead of reading the hint. If that next version exists, `known` is
+        stale (a region snapshot a week old, with a week of versions since): probing goes on
+        from the hint when it names a later version, so a stale `known` costs the hint and
+        one more HEAD, not one HEAD per version since.
         """
-        if known is not None:
-            version = known if isinstance(known, int) else known.version
-            if version >= 1:
-                latest = self._probe_from(version)
-                if latest == version and isinstance(known, RegionManifest):
-                    return known
-                with contextlib.suppress(NotFoundError):  # gone (GC) or never there: use the hint
-                    return self.read(latest)
-        hint = self.read_hint()
-        start = hint if hint is not None else 1
+        version = known.version if isinstance(known, RegionManifest) else known or 0
+        if version >= 1:
+            if self.store.exists(self.next_path(version)):
+                return self._read_from(self.read_hint(), stored=version + 1)
+            if isinstance(known, RegionManifest):
+                return known
+            with contextlib.suppress(NotFoundError):  # gone (GC) or never there: use the hint
+                return self.read(version)
+        return self._read_from(self.read_hint())
+
+    def _read_from(self, hint: int | None, stored: int | None = None) -> RegionManifest:
+        """The newest manifest, probing from the later of `hint` and `stored` (a version seen stored)."""
+        start = max(hint or 1, stored or 1)
         latest = self._probe_from(start)
         try:
             return self.read(latest)
         except NotFoundError:
-            if hint is None or latest != start:
+            if hint is None or latest != hint or hint <= (stored or 0):
                 raise NotFoundError(
                     f"region {self.region} has no manifest in {self.store.describe(self.dir)}"
                 ) from None
-        # A hint pointing at a missing version: fall back to probing from 1, or,
-        # once garbage collection has removed the oldest versions, from the
-        # oldest one still stored (the only LIST on this path, and a rare one).
-        oldest = 1 if self.store.exists(self.path(1)) else self.oldest_version()
+        # A hint pointing at a missing version: fall back to probing from the version seen
+        # stored, else from 1, or, once garbage collection has removed the oldest versions,
+        # from the oldest one still stored (the only LIST on this path, and a rare one).
+        oldest = stored or (1 if self.store.exists(self.path(1)) else self.oldest_version())
         if oldest is None:
             raise NotFoundError(f"region {self.region} has no manifest in {self.store.describe(self.dir)}")
         latest = self._probe_from(oldest)

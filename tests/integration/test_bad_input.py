@@ -210,14 +210,15 @@ def test_generations_without_a_manifest_are_corrupt(table: tuple[Path, DemoLog])
 
 
 def test_gap_in_manifest_versions(table: tuple[Path, DemoLog]) -> None:
+    """With the hint at 1, a reader that probes one version at a time (Lance's) stops at 2."""
     path, log = table
     region = log.regions[0]
     truth = independent_latest_manifest(path, region).version
     assert truth >= 4
     manifest_dir = path / "_mem_wal" / region / "manifest"
     (manifest_dir / "version_hint.json").write_text(json.dumps({"version": 1}))
-    os.remove(manifest_dir / region_manifest_name(truth - 1))
-    assert_bad_input(path, ["status", str(path)], f"manifest version {truth - 1} is missing")
+    os.remove(manifest_dir / region_manifest_name(3))
+    assert_bad_input(path, ["status", str(path)], "manifest version 3 is missing")
 
 
 @pytest.mark.parametrize(

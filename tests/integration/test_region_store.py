@@ -92,33 +92,83 @@ def test_current_hint_costs_three_requests(regions: RegionManifestStore) -> None
 
 
 def test_gap_after_stale_hint_is_corrupt(regions: RegionManifestStore) -> None:
+    """Probing from version 1 (no hint) stops at 2: version 4 must not be hidden behind the gap."""
     region = regions.region
-    for version in [1, 2, 3, 5, 6]:
+    for version in [1, 2, 4]:
         regions.store.put_if_not_exists(regions.path(version), manifest_bytes(region, version))
-    with pytest.raises(CorruptMetadataError, match="version 4 is missing"):
+    with pytest.raises(CorruptMetadataError, match="version 3 is missing"):
         regions.read_latest()
 
 
 def test_a_version_written_between_probes_is_not_a_gap(regions: RegionManifestStore) -> None:
-    """A live writer adds 4 and 5 while a probe batch runs: the batch may see 5 but not 4.
+    """A live writer adds 3 while the probe runs: the probe sees 3 missing, then the writer's 4.
 
-    The store's batch HEADs run first; version 4 lands right after them, as
-    with a writer a moment ahead of a slow request. The re-check finds it.
+    Version 3 lands right after the HEAD that found it missing, as with a writer a
+    moment ahead of a slow request. The second look finds it.
     """
     region = regions.region
-    for version in [1, 2, 3, 5]:
+    for version in [1, 2, 4]:
         regions.store.put_if_not_exists(regions.path(version), manifest_bytes(region, version))
     store = regions.store
-    probe_batch = store.exists_many
+    head = store.exists
 
-    def batch_then_writer_lands(paths: list[str]) -> list[bool]:
-        found = probe_batch(paths)
-        if not store.exists(regions.path(4)):
-            store.put_if_not_exists(regions.path(4), manifest_bytes(region, 4))
+    def head_then_writer_lands(path: str) -> bool:
+        found = head(path)
+        if path == regions.path(3) and not found:
+            store.put_if_not_exists(regions.path(3), manifest_bytes(region, 3))
         return found
 
-    store.exists_many = batch_then_writer_lands  # type: ignore[method-assign]
-    assert regions.read_latest().version == 5
+    store.exists = head_then_writer_lands  # type: ignore[method-assign]
+    assert regions.read_latest().version == 4
+
+
+def write_versions(regions: RegionManifestStore, last: int) -> None:
+    for version in range(1, last + 1):
+        regions.store.put_if_not_exists(regions.path(version), manifest_bytes(regions.region, version))
+
+
+def test_stale_known_version_continues_from_the_hint(regions: RegionManifestStore) -> None:
+    """A known version far behind costs the hint and one more HEAD, not a HEAD per version since."""
+    write_versions(regions, 300)
+    regions.write_hint(300)
+    regions.store.stats.reset()
+    assert regions.read_latest(known=2).version == 300
+    assert regions.store.stats.snapshot() == {"head": 2, "get": 2}
+    # A current known version: one HEAD and the manifest.
+    regions.store.stats.reset()
+    assert regions.read_latest(known=300).version == 300
+    assert regions.store.stats.total() == 2
+
+
+def test_stale_known_version_and_stale_hint_cost_log_n(regions: RegionManifestStore) -> None:
+    write_versions(regions, 300)
+    regions.write_hint(1)
+    regions.store.stats.reset()
+    assert regions.read_latest(known=2).version == 300
+    # The known version's HEAD, the hint, about 2 log2(300) HEADs, the manifest.
+    assert regions.store.stats.total() <= 24
+
+
+def test_known_version_removed_by_gc_costs_no_listing(regions: RegionManifestStore) -> None:
+    write_versions(regions, 300)
+    regions.write_hint(300)
+    for version in range(1, 101):  # GC deletes a prefix, oldest first, after pointing the hint past it
+        regions.store.delete(regions.path(version))
+    for known in (5, 99, 100):  # its next version gone too, or the first one kept
+        regions.store.stats.reset()
+        assert regions.read_latest(known=known).version == 300
+        assert "list" not in regions.store.stats.snapshot()
+        assert regions.store.stats.total() <= 5
+
+
+def test_hint_naming_a_missing_version_falls_back_to_the_known_one(regions: RegionManifestStore) -> None:
+    """A hint past the newest version (the newest manifest deleted) is refused, as without a known one."""
+    write_versions(regions, 50)
+    regions.write_hint(80)
+    with pytest.raises(CorruptMetadataError, match="names manifest version 80, but the newest stored is 50"):
+        regions.read_latest(known=3)
+    with pytest.raises(CorruptMetadataError, match="names manifest version 80, but the newest stored is 50"):
+        regions.read_latest()
 
 
 def test_manifest_of_another_region_is_corrupt(regions: RegionManifestStore) -> None:

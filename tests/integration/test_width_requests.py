@@ -29,6 +29,7 @@ from memwal_pipelines.build import build_definitions
 from memwal_pipelines.config import TableConfig
 from memwal_pipelines.sensors import FLUSHED_SENSOR
 from tests.support.proxy import LatencyProxy
+from tests.support.tables import add_manifest_versions
 
 REGIONS = 12
 # Plan (2), the lease (LIST, PUT to take it; a committed region gives nothing back), Lance opening
@@ -119,6 +120,20 @@ def test_requests_per_region_of_status_gc_merge(seaweed: Any, proxy: LatencyProx
     again = status(MemWalTable.open(uri, StorageOptions(options)))
     assert again.pending_total == 0
     assert {r.region for r in again.regions} == set(regions)
+
+
+def test_a_stale_snapshot_costs_at_most_twice_a_fresh_one(seaweed: Any, proxy: LatencyProxy) -> None:
+    """Manifest versions written since the snapshot (a week of them, kept by GC) cost the version
+    hint and one more HEAD per region, not a HEAD per version."""
+    uri, regions = wide_table(seaweed.storage_options())
+    options = proxy.storage_options(seaweed.storage_options())
+    with MemWalTable.open(uri, StorageOptions(seaweed.storage_options())) as table:
+        build_snapshot(table)
+        add_manifest_versions(table, 30)
+        listed = {r: max(table.region_store(r).stored_versions()) for r in regions}
+    requests, found = counted(proxy, uri, options, regions, status)
+    assert requests == 4, f"status with a stale snapshot: {requests} requests per region"
+    assert {r.region: r.manifest_version for r in found.regions} == listed
 
 
 def test_a_stale_hint_never_gives_a_wrong_answer(seaweed: Any, proxy: LatencyProxy) -> None:

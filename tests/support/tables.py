@@ -125,3 +125,16 @@ def restore_backlog(uri: str, version: int) -> None:
     store.delete_trees(
         [f"{LEASE_DIR}/{name}" for name in store.list_dirs(LEASE_DIR) if name.startswith("merge-")]
     )
+
+
+def add_manifest_versions(table: MemWalTable, count: int) -> None:
+    """`count` more same-epoch manifest versions in every region, written as GC's prune writes one
+    (the versions a week of flushes and prunes leaves, without the data)."""
+    for region in table.region_ids():
+        manifests = table.region_store(region)
+        current = manifests.read_latest()
+        for _ in range(count):
+            message = current.to_proto()
+            message.version = current.version + 1
+            manifests.write_next(current, message.SerializeToString())
+            current = manifests.read(message.version)
