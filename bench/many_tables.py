@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,6 +53,8 @@ from memwal_core.services.merge.service import merge  # noqa: E402
 from memwal_core.services.writer import MemWalWriter  # noqa: E402
 
 if TYPE_CHECKING:
+    from dagster import DagsterInstance
+
     from tests.support.dagster import DagsterDeployment
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), False), pa.field("v", pa.string())])
@@ -93,10 +95,10 @@ def report(label: str, value: str, ratio: str = "") -> None:
     print(f"{label:<58} {value:<28} {ratio:<28} ({load()})", flush=True)
 
 
-def write_round(uri: str, regions: int, label: str) -> float:
+def write_round(uri: str, regions: int, label: str, options: Mapping[str, str] | None = None) -> float:
     """One put touching every region, then a flush: one new generation per region; the flush's time."""
     keys = list(range(10_000, 10_000 + regions * 8))
-    with MemWalWriter(uri, durable_write=False) as writer:
+    with MemWalWriter(uri, options, durable_write=False) as writer:
         writer.put(pa.table({"id": keys, "v": [label] * len(keys)}, schema=SCHEMA))
         writer.flush()
         flushed = time.time()
@@ -199,11 +201,11 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
-def merged_at(uri: str) -> dict[tuple[str, int], float]:
+def merged_at(uri: str, options: Mapping[str, str] | None = None) -> dict[tuple[str, int], float]:
     """For every (region, generation) merged so far: the time of the first table version recording it."""
     seen: dict[tuple[str, int], float] = {}
-    with MemWalTable.open(uri) as table:
-        for version in lance.dataset(uri).versions()[1:]:
+    with MemWalTable.open(uri, options) as table:
+        for version in table.dataset().versions()[1:]:
             when = version["timestamp"]
             assert isinstance(when, datetime)
             try:
@@ -216,8 +218,8 @@ def merged_at(uri: str) -> dict[tuple[str, int], float]:
     return seen
 
 
-def flushed(uri: str) -> dict[str, int]:
-    with MemWalTable.open(uri) as table:
+def flushed(uri: str, options: Mapping[str, str] | None = None) -> dict[str, int]:
+    with MemWalTable.open(uri, options) as table:
         return {
             region: max(manifest.generation_numbers)
             for region, manifest in table.read_regions().items()
@@ -225,12 +227,17 @@ def flushed(uri: str) -> dict[str, int]:
         }
 
 
-def burst(tables: list[Path], regions: int, wait: Callable[[list[Path]], None]) -> dict[str, list[float]]:
+def burst(
+    tables: Sequence[Path | str],
+    regions: int,
+    wait: Callable[[list[str]], None],
+    options: Mapping[str, str] | None = None,
+) -> dict[str, list[float]]:
     """Flush one generation into every region of `tables` at once; each table's lags once merged."""
     flushes: dict[str, float] = {}
     threads = [
         threading.Thread(
-            target=lambda t=t: flushes.__setitem__(str(t), write_round(str(t), regions, "burst"))
+            target=lambda t=t: flushes.__setitem__(str(t), write_round(str(t), regions, "burst", options))
         )
         for t in tables
     ]
@@ -238,13 +245,44 @@ def burst(tables: list[Path], regions: int, wait: Callable[[list[Path]], None]) 
         thread.start()
     for thread in threads:
         thread.join()
-    targets = {str(t): flushed(str(t)) for t in tables}
-    wait(tables)
+    targets = {str(t): flushed(str(t), options) for t in tables}
+    wait([str(t) for t in tables])
     lags: dict[str, list[float]] = {}
     for uri, latest in targets.items():
-        done = merged_at(uri)
+        done = merged_at(uri, options)
         lags[uri] = [done[(region, g)] - flushes[uri] for region, g in latest.items()]
     return lags
+
+
+def wait_merged(
+    instance: DagsterInstance,
+    tables: list[str],
+    options: Mapping[str, str] | None = None,
+    timeout: float = 1800,
+) -> None:
+    """Until no run is queued or running and no table of `tables` has a pending generation."""
+    from dagster import DagsterRunStatus, RunsFilter
+
+    from memwal_core.services.status import status
+
+    busy = [
+        DagsterRunStatus.QUEUED,
+        DagsterRunStatus.NOT_STARTED,
+        DagsterRunStatus.STARTING,
+        DagsterRunStatus.STARTED,
+    ]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        if instance.get_runs_count(RunsFilter(statuses=busy)):
+            continue
+        with_pending = 0
+        for t in tables:
+            with MemWalTable.open(t, options) as table:
+                with_pending += status(table).pending_total
+        if not with_pending:
+            return
+    raise SystemExit(f"not merged within {timeout:.0f} s")
 
 
 def p95(values: list[float]) -> float:
@@ -352,28 +390,9 @@ def idle_and_bursts(work: Path, tables: list[Path], args: argparse.Namespace, on
         if args.skip_burst:
             return
         instance = DagsterInstance.from_ref(InstanceRef.from_dir(str(running.home)))
-        busy = [
-            DagsterRunStatus.QUEUED,
-            DagsterRunStatus.NOT_STARTED,
-            DagsterRunStatus.STARTING,
-            DagsterRunStatus.STARTED,
-        ]
 
-        def wait(bursting: list[Path]) -> None:
-            deadline = time.monotonic() + 1800
-            while time.monotonic() < deadline:
-                time.sleep(2)
-                if instance.get_runs_count(RunsFilter(statuses=busy)):
-                    continue
-                with_pending = 0
-                for t in bursting:
-                    with MemWalTable.open(str(t)) as table:
-                        from memwal_core.services.status import status
-
-                        with_pending += status(table).pending_total
-                if not with_pending:
-                    return
-            raise SystemExit("not merged within 30 minutes")
+        def wait(bursting: list[str]) -> None:
+            wait_merged(instance, bursting)
 
         def runs_per_table(since: float) -> list[int]:
             """Merge runs each table took part in since `since`: its own, and shared ones naming it."""
