@@ -123,9 +123,13 @@ class LocalStore(ObjectStore):
             found: list[ObjectInfo] = []
             walker = _walk(base) if recursive else [(str(base), [], _names(base))]
             for dirpath, dirs, files in walker:
-                if before is not None:  # whole directories at or after `before` are not walked
+                if before is not None:
+                    # Every path in a directory starts with its path and a slash (`r/wal/...` sorts after
+                    # `r/wal`): one at or after `before` is not walked, nor its entries read.
                     dirs[:] = [
-                        d for d in dirs if (Path(dirpath) / d).relative_to(self.root).as_posix() < before
+                        d
+                        for d in dirs
+                        if f"{(Path(dirpath) / d).relative_to(self.root).as_posix()}/" < before
                     ]
                 for name in files:
                     full = Path(dirpath) / name
