@@ -36,6 +36,8 @@ LEASE_DIR = "_memwal_leases"
 OUTCOME_DIR = "_memwal_outcomes"
 # memwal's copy of the last region snapshot's versions (model/region_versions.py).
 REGION_VERSIONS_FILE = "_memwal_hints/region_versions.json"
+# When GC next scans each region's WAL folder for abandoned uploads (services/gc/wal_temps.py).
+WAL_TEMP_SCANS_FILE = "_memwal_hints/wal_temp_scans.json"
 
 # A flushed generation's directory: `{8 hex chars}_gen_{g}`.
 _GENERATION_DIR = re.compile(r"^[0-9a-f]{8}_gen_(\d+)$")

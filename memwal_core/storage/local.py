@@ -123,9 +123,13 @@ class LocalStore(ObjectStore):
             found: list[ObjectInfo] = []
             walker = _walk(base) if recursive else [(str(base), [], _names(base))]
             for dirpath, dirs, files in walker:
-                if before is not None:  # whole directories at or after `before` are not walked
+                if before is not None:
+                    # Every path in a directory starts with its path and a slash (`r/wal/...` sorts after
+                    # `r/wal`): one at or after `before` is not walked, nor its entries read.
                     dirs[:] = [
-                        d for d in dirs if (Path(dirpath) / d).relative_to(self.root).as_posix() < before
+                        d
+                        for d in dirs
+                        if f"{(Path(dirpath) / d).relative_to(self.root).as_posix()}/" < before
                     ]
                 for name in files:
                     full = Path(dirpath) / name
@@ -136,6 +140,19 @@ class LocalStore(ObjectStore):
                     if st is not None:
                         found.append(ObjectInfo(rel, st.st_size, st.st_mtime))
             return sorted(found, key=lambda info: info.path)
+
+        return self._io("list", path, call)
+
+    def list_names(self, path: str) -> list[str]:
+        """One directory read: no stat per file (a region's WAL folder holds a week of entries)."""
+
+        def call() -> list[str]:
+            try:
+                with os.scandir(self._path(path)) as entries:
+                    # `is_file` answers from the directory entry's type: no stat on Linux file systems.
+                    return [e.name for e in entries if e.is_file()]
+            except FileNotFoundError:  # no such directory: nothing in it
+                return []
 
         return self._io("list", path, call)
 

@@ -205,6 +205,11 @@ class ObjectStore(ABC):
         after it cost no requests (a region's WAL sorts after its manifests and generations).
         """
 
+    def list_names(self, path: str) -> list[str]:
+        """Names of the objects directly in `path` (temp files included), unsorted, without their sizes
+        and times: where those cost a request each (a stat on local disk), listing names costs none."""
+        return [info.path.rsplit("/", 1)[-1] for info in self.list_files(path)]
+
     def first_files(self, path: str) -> list[ObjectInfo]:
         """The immediate children of `path` that sort first, sorted: one request's worth.
 

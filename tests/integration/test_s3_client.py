@@ -23,6 +23,7 @@ from memwal_core.storage.options import StorageOptions
 from memwal_core.storage.stores import open_store
 from tests.support.lost_response import LoseOneResponse
 from tests.support.paths import PROJECT_ROOT
+from tests.support.proxy import LatencyProxy
 from tests.support.write_faults import Fault, ResponseFaults
 
 # A lost answer costs one request time limit, not the default 15 s.
@@ -108,6 +109,19 @@ def test_first_files_is_one_request(seaweed: Any) -> None:
     first = store.first_files("v")
     assert store.stats.snapshot() == {"list": 1}
     assert [info.path for info in first] == [f"v/{n:04d}.manifest" for n in range(1000)]
+
+
+def test_a_listing_stops_at_the_page_that_reaches_before(seaweed: Any) -> None:
+    """GC lists a region up to its WAL folder, which sorts last: the WAL's later pages are never asked for."""
+    prefix = f"s3://memwal-test/before-{uuid.uuid4().hex}"
+    with LatencyProxy(_port(seaweed)) as proxy:
+        store = open_store(prefix, _through(seaweed, proxy.url))
+        store.map(lambda n: store.write(f"r/manifest/{n}.binpb", b"m"), list(range(5)))
+        store.map(lambda n: store.write(f"r/wal/{n:04d}.arrow", b"w"), list(range(2500)))
+        proxy.reset()
+        listed = store.list_files("r", recursive=True, before="r/wal/")
+        assert [info.path for info in listed] == [f"r/manifest/{n}.binpb" for n in range(5)]
+        assert proxy.counts == {"GET": 1}, proxy.lines
 
 
 def test_credentials_from_a_profile_file(seaweed: Any, tmp_path: Path) -> None:

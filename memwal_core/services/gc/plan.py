@@ -37,6 +37,7 @@ from memwal_core.services.gc.rules import (
     RegionBounds,
     region_bounds,
 )
+from memwal_core.services.gc.wal_temps import WalTempScan, read_dues, scan_due
 from memwal_core.services.result import Failure
 from memwal_core.storage.object_store import ObjectInfo, ObjectStore, side_call
 
@@ -85,6 +86,8 @@ class RegionGcPlan:
     manifest_kept: int
     # Abandoned `.tmp` uploads in the WAL folder (a writer killed mid-put), by path.
     wal_temp_delete: tuple[str, ...] = ()
+    # When GC next scans the WAL folder for them, once this plan ran; None: not scanned this time.
+    wal_temp_due: float | None = None
 
     @property
     def deleted_dirs(self) -> tuple[GenerationDir, ...]:
@@ -111,6 +114,20 @@ class GcPlan:
     failures: tuple[Failure, ...] = ()
     # Abandoned `_memwal_staging/` files (path, size), older than the policy's staging age.
     stale_staging: tuple[tuple[str, int], ...] = ()
+    # Per region, when GC was to scan its WAL folder for abandoned uploads, as recorded before this plan.
+    wal_temp_dues: tuple[tuple[str, float], ...] = ()
+
+    def wal_temp_dues_after(self, failed: set[str]) -> dict[str, float] | None:
+        """The record of when GC next scans each WAL folder once this plan ran, but not in the `failed`
+        regions (their abandoned uploads may remain); None if it is unchanged. Regions no longer
+        listed drop out."""
+        before = dict(self.wal_temp_dues)
+        listed = {p.region for p in self.regions} | {f.region for f in self.failures if f.region}
+        dues = {region: due for region, due in before.items() if region in listed}
+        for p in self.regions:
+            if p.wal_temp_due is not None and p.region not in failed:
+                dues[p.region] = p.wal_temp_due
+        return None if dues == before else dues
 
 
 def retained_progress(table: MemWalTable, dataset: Any) -> tuple[list[int], list[dict[str, int]]]:
@@ -168,15 +185,15 @@ def first_unlisting_version(
 @dataclass(frozen=True)
 class RegionListing:
     """A region's generation directories and manifest versions, from one recursive LIST that stops
-    where the WAL begins (its entries are deleted by position, never listed), and the abandoned
-    uploads in its WAL folder where Lance writes through temp files (local disk)."""
+    where the WAL begins (its entries are deleted by position, never listed), and, when a scan is
+    due (`scan_wal`), the abandoned uploads in its WAL folder (`wal_temps.py`)."""
 
     manifest_versions: dict[int, float]
     generation_dirs: dict[str, list[ObjectInfo]]
-    wal_temp_files: list[ObjectInfo]
+    wal_temps: WalTempScan | None
 
     @classmethod
-    def read(cls, store: ObjectStore, region: str) -> RegionListing:
+    def read(cls, store: ObjectStore, region: str, *, scan_wal: bool) -> RegionListing:
         region_dir = f"{MEM_WAL_DIR}/{region}"
         wal_dir = f"{region_dir}/{REGION_WAL_DIR}"
         versions: dict[int, float] = {}
@@ -194,10 +211,7 @@ class RegionListing:
             for name in store.list_dirs(region_dir):
                 if generation_from_dir_name(name) is not None:
                     dirs.setdefault(name, [])
-        temp: list[ObjectInfo] = []
-        if store.lance_puts_through_temp_files:
-            temp = [f for f in store.list_files(wal_dir) if ".tmp" in f.path.rsplit("/", 1)[-1]]
-        return cls(versions, dirs, temp)
+        return cls(versions, dirs, WalTempScan.read(store, wal_dir) if scan_wal else None)
 
 
 @dataclass(frozen=True)
@@ -210,7 +224,7 @@ class RegionRead:
     latest: RegionManifest
 
     @classmethod
-    def read(cls, table: MemWalTable, region: str) -> RegionRead | None:
+    def read(cls, table: MemWalTable, region: str, *, scan_wal: bool) -> RegionRead | None:
         """The version hint, then one LIST of the region's directory, then its latest manifest, found
         from the newest listed version (verified by one HEAD); None if it has no manifest yet.
 
@@ -220,7 +234,7 @@ class RegionRead:
         """
         manifests = table.region_store(region)
         hint = manifests.read_hint()  # before the listing: it can only name a version stored by then
-        listing = RegionListing.read(table.store, region)
+        listing = RegionListing.read(table.store, region, scan_wal=scan_wal)
         # None: not claimed yet; generations without a manifest are corrupt, and fail the region.
         latest = table.read_region(region, max(listing.manifest_versions, default=None))
         if latest is None:
@@ -272,9 +286,9 @@ def plan_region(read_region: RegionRead, bounds: RegionBounds, policy: GcPolicy,
             kept.append(KeptGeneration(region, generation, name, GRACE_PERIOD))
             pinned.append(dropped_in)
 
-    wal_temp = [
-        info.path for info in listing.wal_temp_files if now - info.mtime > policy.abandoned_after_seconds
-    ]
+    wal_temp, wal_temp_due = (
+        listing.wal_temps.decide(now, policy.abandoned_after_seconds) if listing.wal_temps else ([], None)
+    )
     retention = plan_retention(stored, read, latest, policy, now)
 
     # Old manifest versions go oldest first, and only a prefix below the retention's anchor, so the
@@ -295,6 +309,7 @@ def plan_region(read_region: RegionRead, bounds: RegionBounds, policy: GcPolicy,
         manifest_kept=sum(1 for v in versions if cutoff <= v < others),
         manifest_delete=tuple(manifest_delete),
         wal_temp_delete=tuple(wal_temp),
+        wal_temp_due=wal_temp_due,
     )
 
 
@@ -343,10 +358,14 @@ def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -
     only grow, a version made meanwhile is retained too, and a new index keeps everything.
     """
     now = time.time() if now is None else now
+    # Only where Lance writes through temp files (local disk), and only in folders whose scan is due.
+    scans_wal = table.store.lance_puts_through_temp_files
+    dues = read_dues(table.store) if scans_wal else {}
 
     def read_one(region: str) -> RegionRead | Failure | None:
+        scan = scans_wal and scan_due(dues.get(region), now, policy.abandoned_after_seconds)
         try:
-            return RegionRead.read(table, region)
+            return RegionRead.read(table, region, scan_wal=scan)
         except MemwalError as exc:
             return Failure.of(exc, region)
 
@@ -374,4 +393,5 @@ def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -
         regions=tuple(p for p in planned if isinstance(p, RegionGcPlan)),
         failures=tuple(sorted(failures, key=lambda f: f.region or "")),
         stale_staging=stale_staging(table, policy, now),
+        wal_temp_dues=tuple(sorted(dues.items())),
     )
