@@ -33,6 +33,7 @@ from dagster import AssetMaterialization, DagsterInstance, FreshnessPolicy
 from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
 from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
 
+from memwal_core.services.backoff import Backoff
 from memwal_pipelines.config import TableConfig
 from memwal_pipelines.keys import TableKeys
 
@@ -45,6 +46,12 @@ def freshness_policy(table: TableConfig) -> FreshnessPolicy:
 def record_interval(table: TableConfig) -> float:
     """How far the completion time moves before the sensor records it again."""
     return table.max_pending_age_seconds / 4
+
+
+def probe_backoff(table: TableConfig) -> Backoff:
+    """The sensor's backoff: every tick while a region changes, at least every eighth of the lag
+    threshold once it is quiet, so a new flush on a long-idle region is seen, and merged, well within it."""
+    return Backoff(tick=table.sensor_interval_seconds, bound=table.max_pending_age_seconds / 8)
 
 
 def freshness_due(table: TableConfig, recorded: float, complete_as_of: float, merged_moved: bool) -> bool:

@@ -7,7 +7,7 @@ A tick reads every table (every `sensor_interval_seconds`, the shortest of the
 tables'), keeping each open between ticks; one table that cannot be read is
 logged and skipped, not the others.
 
-`memwal_flushed_generations` reads every region's backlog, adds new
+`memwal_flushed_generations` reads every region's backlog (probing what is due), adds new
 regions as partitions, records an observation of each region whose latest
 flushed or merged generation changed (merge runs also record one for each
 region they merged), records the `{table}/status` asset from the same read
@@ -23,7 +23,11 @@ starved every table when all of them flushed at once.
 Its cursor (JSON, per table) remembers the last flushed and merged generations observed per region,
 each region's backlog with the manifest version it was read from (so a tick re-reads only
 the regions whose manifest has a newer version or whose merge progress moved: one HEAD for
-every other region), and a digest of the regions' state as of the last status recorded, with its time;
+every other region that is due), when each region, the table's version and its region
+listing last changed and were last probed (a quiet one is probed less often the longer it
+stays quiet, at least every eighth of `max_pending_age_seconds`: backoff.py, so an idle
+region costs about half a request a minute and a new flush is seen within that bound),
+the table version, and a digest of the regions' state as of the last status recorded, with its time;
 the run key is a digest of every (region, merged, latest pending) triple, so
 the same backlog never starts a second run, while a new flush or a partial
 merge does. No round is requested for a table while one of its merge runs is still
@@ -62,12 +66,13 @@ from dagster import (
 )
 
 from memwal_core.errors import MemwalError, first_line
-from memwal_core.services.backlog import RegionBacklog, backlog_since
+from memwal_core.services.backlog import RegionBacklog, Watched, backlog_since
+from memwal_core.services.backoff import Clock
 from memwal_core.services.catchup import index_state
 from memwal_core.services.compact import plan_compaction
 from memwal_core.services.status import status_since
 from memwal_pipelines.assets import region_observation, status_materialization
-from memwal_pipelines.freshness import freshness_due, record_complete_as_of
+from memwal_pipelines.freshness import freshness_due, probe_backoff, record_complete_as_of
 from memwal_pipelines.jobs import TableJobs
 from memwal_pipelines.keys import TableKeys
 from memwal_pipelines.merge_tables import MERGE_TABLES_JOB, TABLES_TAG, merge_tables_config
@@ -89,42 +94,50 @@ class FlushedCursor:
 
     `regions`: per region, "latest flushed:merged" as last observed. `status_digest`
     and `status_at`: the regions' state the last recorded status showed, and when.
-    `seen`: per region, the manifest version and backlog the last tick read.
+    `watched`: the table version, each region's manifest version and backlog the ticks read,
+    and when each region (and each table-level probe) last changed and was last probed.
     """
 
     regions: Mapping[str, str]
     status_digest: str = ""
     status_at: float = 0.0
-    seen: Mapping[str, tuple[int, RegionBacklog]] = field(default_factory=dict)
+    watched: Watched = field(default_factory=Watched)
     # The completion time last recorded for the base table's freshness (freshness.py).
     complete_as_of: float = 0.0
 
     @classmethod
     def load(cls, text: str | None) -> FlushedCursor:
+        """The cursor `dump` wrote, or an older one: a region without a clock is probed at once, then
+        counts as just changed."""
         data = json.loads(text) if text else {}
         if "regions" not in data:  # a cursor written before the sensor recorded the status
             return cls(regions=data)
         seen = {r: (int(v[0]), RegionBacklog.from_list(r, v[1:])) for r, v in data.get("seen", {}).items()}
+        clocks = {k: Clock.from_list(v) for k, v in data.get("clocks", {}).items()}
+        watched = Watched(data.get("version"), seen, clocks)
         status = data["status"]
-        return cls(data["regions"], status["digest"], status["at"], seen, data.get("complete_as_of", 0.0))
+        return cls(data["regions"], status["digest"], status["at"], watched, data.get("complete_as_of", 0.0))
 
     def dump(self) -> str:
         status = {"digest": self.status_digest, "at": self.status_at}
-        seen = {r: [version, *backlog.to_list()] for r, (version, backlog) in self.seen.items()}
+        watched = self.watched
+        seen = {r: [version, *backlog.to_list()] for r, (version, backlog) in watched.seen.items()}
         return json.dumps(
             {
                 "regions": dict(self.regions),
                 "status": status,
+                "version": watched.version,
                 "seen": seen,
+                "clocks": {k: c.to_list() for k, c in watched.clocks.items()},
                 "complete_as_of": self.complete_as_of,
             }
         )
 
     def merged_moved(self, regions: Sequence[RegionBacklog]) -> bool:
         """Whether a merge ran since the last tick (a region's merged generation changed)."""
+        seen = self.watched.seen
         return any(
-            r.region in self.seen and self.seen[r.region][1].merged_generation != r.merged_generation
-            for r in regions
+            r.region in seen and seen[r.region][1].merged_generation != r.merged_generation for r in regions
         )
 
     @staticmethod
@@ -212,14 +225,19 @@ class FlushedTick:
 
 
 def flushed_tick(
-    context: SensorEvaluationContext, keys: TableKeys, text: str | None, queued: bool
+    context: SensorEvaluationContext,
+    keys: TableKeys,
+    text: str | None,
+    queued: bool,
+    now: float | None = None,
 ) -> FlushedTick:
-    """One table's read: its observations, status, freshness stamp, new regions and merge round."""
+    """One table's read at `now` (default: the clock's): its observations, status, freshness stamp,
+    new regions and merge round."""
     table = keys.table
     cursor = FlushedCursor.load(text)
     started = time.perf_counter()
     with sensor_table(table) as opened:
-        read = backlog_since(opened, cursor.seen)
+        read = backlog_since(opened, cursor.watched, probe_backoff(table), now=now)
         found = read.backlog
         # Per region, "latest flushed:merged": a region is observed again whenever either changes.
         state = {r.region: f"{r.latest_flushed}:{r.merged_generation}" for r in found.regions}
@@ -255,7 +273,7 @@ def flushed_tick(
         FlushedCursor(
             {**cursor.regions, **state},
             *recorded,
-            seen={r.region: (read.manifest_versions[r.region], r) for r in found.regions},
+            watched=read.watched,
             complete_as_of=complete_as_of,
         ),
     )

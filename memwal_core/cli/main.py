@@ -466,6 +466,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="merge lag above which a table is behind, exported for the alert rules "
         f"(default {DEFAULT_MAX_PENDING_AGE_SECONDS:g}, the pipeline's max_pending_age_seconds)",
     )
+    p.add_argument(
+        "--max-probe-interval",
+        type=number(0, MAX_GRACE_SECONDS),
+        metavar="S",
+        help="read a quiet region at least once per S seconds: a change on it shows within S "
+        "(default half the lag threshold, at least the interval: a new generation shows long before it is late)",
+    )
     p.set_defaults(run=None)
     return parser
 

@@ -3,7 +3,8 @@
 Without `--listen` it reads every table once and prints the text exposition;
 with `--listen HOST:PORT` it serves `/metrics`, reading the tables at most
 once per `--interval` however often it is scraped (each read is the sensor's
-cheap per-region read, `TableWatch`). Names start with `memwal_`; the labels
+cheap per-region read, `TableWatch`, backed off on quiet regions down to one
+read per `--max-probe-interval`). Names start with `memwal_`; the labels
 are `table` (the URI as given, which memwal refuses to hold credentials) and
 `region` (a UUID), so no label or value can carry a credential. A table that
 cannot be read reports `memwal_table_up 0` and none of its other figures; the
@@ -30,6 +31,7 @@ from prometheus_client.registry import Collector
 from memwal_core.errors import BadInputError, MemwalError, first_line
 from memwal_core.model.outcomes import SERVICES
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.backoff import EVERY_READ, Backoff
 from memwal_core.services.watch import RegionWatch, TableReading, TableWatch
 from memwal_core.storage.options import StorageOptions
 
@@ -79,6 +81,7 @@ class WatchedTable:
 
     uri: str
     options: StorageOptions
+    backoff: Backoff = EVERY_READ
     watch: TableWatch | None = None
     reading: TableReading | None = None
     error: str | None = None
@@ -88,7 +91,9 @@ class WatchedTable:
     def read(self) -> None:
         try:
             if self.watch is None:
-                self.watch = TableWatch(MemWalTable.open(self.uri, self.options.for_service("metrics")))
+                self.watch = TableWatch(
+                    MemWalTable.open(self.uri, self.options.for_service("metrics")), self.backoff
+                )
             self.reading = self.watch.read()
         except MemwalError as exc:
             self.refused = self.watch is None and isinstance(exc, BadInputError)
@@ -193,11 +198,20 @@ class TablesCollector(Collector):
         yield from regions.values()
 
 
+def max_probe_interval(args: argparse.Namespace) -> float:
+    """`--max-probe-interval`, by default half the lag threshold (at least the interval): a new
+    generation on a quiet region shows long before it could be late, so the lag alert is on time."""
+    if args.max_probe_interval is not None:
+        return float(args.max_probe_interval)
+    return max(float(args.interval), float(args.lag_threshold) / 2)
+
+
 def run_metrics(args: argparse.Namespace) -> int:
     """The command: print once, or serve until SIGTERM or SIGINT."""
     try:
         options = StorageOptions.parse(args.storage_option)
-        tables = [WatchedTable(uri, options) for uri in dict.fromkeys(args.tables)]
+        backoff = Backoff(tick=args.interval, bound=max_probe_interval(args))
+        tables = [WatchedTable(uri, options, backoff) for uri in dict.fromkeys(args.tables)]
         collector = TablesCollector(tables, interval=args.interval, lag_threshold=args.lag_threshold)
         collector.refresh()
     except MemwalError as exc:

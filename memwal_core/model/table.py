@@ -174,6 +174,17 @@ class MemWalTable:
             version = None
         return self.dataset().version if version is None else version
 
+    def version_after(self, known: int | None) -> int:
+        """The newest table version, given `known`, one that was the newest: one HEAD while no later
+        version exists, else the listing `latest_version` reads. Lance writes version v+1 only on top
+        of v, with a put that never overwrites, and never deletes the newest; its detached versions
+        have other names (`d{n}.manifest`)."""
+        if known is not None and not self.store.exists(
+            f"{TABLE_VERSIONS_DIR}/{table_manifest_name(known + 1)}"
+        ):
+            return known
+        return self.latest_version()
+
     def version_numbers(self, dataset: lance.LanceDataset | None = None) -> list[int]:
         """Every stored version of the base table, ascending; Lance reads each one's manifest to list it."""
         try:

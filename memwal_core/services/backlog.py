@@ -6,23 +6,27 @@ generations, their bytes, and the age of the oldest one. The age is the
 modification time of the oldest pending generation's first dataset
 manifest: one LIST per region that has a backlog, none for the others.
 
-A caller that polls (the Dagster sensor) passes what it saw last time
-(`backlog_since`): a region whose manifest has no newer version (one HEAD)
-and whose merge progress did not move keeps its backlog, so a tick reads
-only what changed.
+A caller that polls (the Dagster sensor, the exporter) passes what it saw
+last time (`backlog_since`): a region whose manifest has no newer version
+(one HEAD) and whose merge progress did not move keeps its backlog, so a
+tick reads only what changed; and it probes a quiet region, the table's
+version and its region listing less often the longer they stay the same
+(backoff.py), down to once per the poller's bound, so a quiet table costs
+a few requests a minute, not one per region per tick.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.format.naming import MEM_WAL_DIR, TABLE_VERSIONS_DIR
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.backoff import EVERY_READ, Backoff, Clock, probed
 from memwal_core.services.snapshot.stored import read_hinted, snapshot_hints
 
 
@@ -67,6 +71,8 @@ class TableBacklog:
     table_version: int
     regions: list[RegionBacklog]
     read_at: float
+    # When the oldest reading it keeps was taken (a poller keeps regions it did not probe); default read_at.
+    seen_at: float | None = None
 
     @property
     def pending_total(self) -> int:
@@ -82,8 +88,10 @@ class TableBacklog:
 
     @property
     def complete_as_of(self) -> float:
-        """The time before which every flushed generation is merged: the read's time less the longest lag."""
-        return self.read_at - self.max_age_seconds
+        """The time before which every flushed generation is merged: the read's time less the longest
+        lag, or, if earlier, when the oldest reading was taken (a flush since would not show)."""
+        seen_at = self.read_at if self.seen_at is None else self.seen_at
+        return min(self.read_at - self.max_age_seconds, seen_at)
 
 
 def backlog(table: MemWalTable, regions: Iterable[str] | None = None) -> TableBacklog:
@@ -120,42 +128,85 @@ def backlog_of(
     return TableBacklog(table.uri, version, found, time.time())
 
 
+# The clocks of a poller's table-level probes (`Watched.clocks`), named after what they read.
+VERSIONS_PROBE = TABLE_VERSIONS_DIR  # the next table version's manifest: one HEAD
+LISTING_PROBE = MEM_WAL_DIR  # the region listing: one LIST
+
+
+@dataclass(frozen=True)
+class Watched:
+    """What a poller keeps of a table between reads of its backlog.
+
+    `version`: the table version last read. `seen`: per region, the manifest version and backlog
+    last read. `clocks`: per region and per table-level probe (VERSIONS_PROBE, LISTING_PROBE), when
+    the poller last saw it change and last probed it (backoff.py).
+    """
+
+    version: int | None = None
+    seen: Mapping[str, tuple[int, RegionBacklog]] = field(default_factory=dict)
+    clocks: Mapping[str, Clock] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class SeenBacklog:
-    """Every region's backlog as a poller saw it, with the manifest version each was read from.
+    """Every region's backlog as a poller saw it, and what it keeps for its next read.
 
     `details`: the MemWAL details it was read at; `manifests`: the regions it read in full
     (None: no manifest yet), the others kept what the poller saw before.
     """
 
     backlog: TableBacklog
-    manifest_versions: dict[str, int]
+    watched: Watched
     details: IndexDetails
     manifests: dict[str, RegionManifest | None]
 
+    @property
+    def manifest_versions(self) -> dict[str, int]:
+        """The manifest version each region's backlog was read from."""
+        return {r: v for r, (v, _b) in self.watched.seen.items()}
+
 
 def backlog_since(
-    table: MemWalTable, seen: Mapping[str, tuple[int, RegionBacklog]], *, dataset: Any = None
+    table: MemWalTable,
+    before: Watched,
+    backoff: Backoff = EVERY_READ,
+    *,
+    now: float | None = None,
+    version: int | None = None,
 ) -> SeenBacklog:
-    """Every region's backlog, re-reading only the regions that changed since `seen`.
+    """Every region's backlog, probing only what `backoff` says is due at `now` since `before`.
 
-    `seen`: per region, the manifest version and backlog of an earlier read. A region
-    whose merge progress is unchanged and whose manifest has no newer version costs one
-    HEAD; any other region is read in full, starting from its seen version (or, for a
-    region not seen before, the stored region snapshot's). `dataset`: the latest version, already open.
+    The table version is probed (one HEAD of its next manifest) when due, and on every read while
+    a region has pending generations: a merge is what moves it. `version`: the latest, already
+    probed by the caller. The regions are listed when due; between, they are the regions seen
+    before. A region not seen before, or whose merge progress moved, is read in full (from its seen
+    version or, for a new one, the stored region snapshot's); one seen before is probed (one HEAD of
+    its next manifest version) when due and read in full if that exists; the others keep their backlog.
     """
-    version = dataset.version if dataset is not None else table.latest_version()
+    now = time.time() if now is None else now
+    seen = before.seen
+    clocks = dict(before.clocks)
+    if version is None:
+        pending = any(b.pending for _v, b in seen.values())
+        if before.version is None or pending or backoff.due(clocks.get(VERSIONS_PROBE), now):
+            version = table.version_after(before.version)
+            clocks[VERSIONS_PROBE] = probed(clocks.get(VERSIONS_PROBE), now, version != before.version)
+        else:
+            version = before.version
     details = table.index_details(version)
-    ids = table.region_ids()
+    listed = backoff.due(clocks.get(LISTING_PROBE), now)
+    ids = table.region_ids() if listed else sorted(seen)
     hints: Mapping[str, int] = {}
     if any(region not in seen for region in ids):
         hints = snapshot_hints(table, details)
 
     # A region seen before whose merge progress is unchanged costs one HEAD (of its next manifest
-    # version), probed for all such regions at once; only the others are read.
+    # version) when its probe is due, probed for all such regions at once; only the others are read.
     same = [r for r in ids if r in seen and seen[r][1].merged_generation == details.merged_generation(r)]
-    moved = table.store.exists_many([table.region_store(r).next_path(seen[r][0]) for r in same])
-    kept = {r: seen[r] for r, m in zip(same, moved, strict=True) if not m}
+    due = [r for r in same if backoff.due(clocks.get(r), now)]
+    moved = table.store.exists_many([table.region_store(r).next_path(seen[r][0]) for r in due])
+    newer = {r for r, m in zip(due, moved, strict=True) if m}
+    kept = {r: seen[r] for r in same if r not in newer}
     changed = [r for r in ids if r not in kept]
     found = table.store.map(
         lambda r: table.read_region(r, seen[r][0] if r in seen else hints.get(r)), changed
@@ -164,6 +215,18 @@ def backlog_since(
     read = [m for _r, m in sorted(manifests.items()) if m is not None]
     fresh = table.store.map(lambda m: region_backlog(table, m, details.merged_generation(m.region)), read)
     regions = sorted([*(b for _v, b in kept.values()), *fresh], key=lambda b: b.region)
-    versions = {r: v for r, (v, _b) in kept.items()} | {m.region: m.version for m in read}
-    backlog = TableBacklog(table.uri, version, regions, time.time())
-    return SeenBacklog(backlog, versions, details, manifests)
+    now_seen = kept | {b.region: (m.version, b) for m, b in zip(read, fresh, strict=True)}
+
+    for region in set(due) - newer:
+        clocks[region] = probed(clocks.get(region), now, False)
+    for manifest in read:
+        clocks[manifest.region] = probed(clocks.get(manifest.region), now, True)
+    if listed:
+        clocks[LISTING_PROBE] = probed(
+            clocks.get(LISTING_PROBE), now, any(m.region not in seen for m in read)
+        )
+    kept_clocks = {k: c for k, c in clocks.items() if k in now_seen or k in (VERSIONS_PROBE, LISTING_PROBE)}
+    # Nothing flushed since the oldest probe of a region or of the listing is known.
+    seen_at = min((c.probed_at for k, c in kept_clocks.items() if k != VERSIONS_PROBE), default=now)
+    backlog = TableBacklog(table.uri, version, regions, now, seen_at)
+    return SeenBacklog(backlog, Watched(version, now_seen, kept_clocks), details, manifests)

@@ -2,12 +2,15 @@
 
 A watch reads a table again and again (`memwal metrics` on every scrape
 interval) and keeps what it read: a region whose manifest has no newer
-version and whose merge progress did not move costs one HEAD
-(`backlog_since`, the sensor tick's read), a changed one its manifest and,
-with a backlog, one LIST for the age of its oldest pending generation. Per
-read it adds the table's latest manifest, three outcome records
-(`model/outcomes.py`) and one HEAD proving the oldest stored version is still
-the oldest.
+version and whose merge progress did not move costs one HEAD when its probe
+is due (`backlog_since` and its backoff, the sensor tick's read), a changed
+one its manifest and, with a backlog, one LIST for the age of its oldest
+pending generation. Every read costs one HEAD of the next table version (a
+merge shows at once, and a table that cannot be read says so); the region
+listing, the three outcome records (`model/outcomes.py`) and one HEAD proving
+the oldest stored version is still the oldest are read when due, the
+outcomes also on every read while a new version or a backlog says a service
+may just have ended. What is not read keeps its last reading.
 
 Per region it reports the backlog (generations, rows when every pending
 generation records them, bytes, when the oldest was flushed), the merged and
@@ -30,12 +33,18 @@ from typing import Any
 
 from memwal_core.errors import MemWalNotEnabledError, NotFoundError
 from memwal_core.format.index_details import IndexDetails
-from memwal_core.format.naming import TABLE_VERSIONS_DIR, table_manifest_name, table_manifest_version
+from memwal_core.format.naming import (
+    OUTCOME_DIR,
+    TABLE_VERSIONS_DIR,
+    table_manifest_name,
+    table_manifest_version,
+)
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.indexes import read_maintained
 from memwal_core.model.outcomes import MERGE, SERVICES, Outcome, read_outcome
 from memwal_core.model.table import MemWalTable
-from memwal_core.services.backlog import RegionBacklog, backlog_since
+from memwal_core.services.backlog import RegionBacklog, Watched, backlog_since
+from memwal_core.services.backoff import EVERY_READ, Backoff, Clock, probed
 from memwal_core.services.gc.rules import region_bounds
 
 
@@ -64,31 +73,46 @@ class TableReading:
     outcomes: dict[str, Outcome]
 
 
-class TableWatch:
-    """Reads one table repeatedly, each time only what changed since the last read."""
+# The exporter's own table-level probes, beside the backlog's (backlog.py), named after what they read.
+OUTCOMES_PROBE = OUTCOME_DIR
+OLDEST_PROBE = "oldest_version"
 
-    def __init__(self, table: MemWalTable) -> None:
+
+class TableWatch:
+    """Reads one table repeatedly, each time only what is due (`backoff`) and may have changed."""
+
+    def __init__(self, table: MemWalTable, backoff: Backoff = EVERY_READ) -> None:
         self.table = table
-        self._seen: dict[str, tuple[int, RegionBacklog]] = {}
+        self.backoff = backoff
+        self._watched = Watched()
         self._manifests: dict[str, RegionManifest | None] = {}
+        self._outcomes: dict[str, Outcome] = {}
+        self._clocks: dict[str, Clock] = {}
+        # The maintained indexes at the table version they were read at.
+        self._maintained: tuple[int, list[str]] | None = None
         # The oldest stored table version and the merge progress of the oldest one with MemWAL.
         self._oldest: tuple[int, dict[str, int]] | None = None
 
-    def read(self) -> TableReading:
+    def read(self, now: float | None = None) -> TableReading:
+        """The table as of `now` (default: the clock's): what is due is read, the rest kept."""
         table = self.table
+        now = time.time() if now is None else now
         table.store.stats.reset()
         started = time.perf_counter()
-        dataset = table.dataset()
-        found = backlog_since(table, self._seen, dataset=dataset)
+        before = self._watched.version
+        # One HEAD per read however quiet the table: it proves the table readable and shows a merge at once.
+        version = table.version_after(before)
+        found = backlog_since(table, self._watched, self.backoff, now=now, version=version)
+        self._watched = found.watched
         self._manifests = {
             r.region: found.manifests.get(r.region, self._manifests.get(r.region))
             for r in found.backlog.regions
         }
-        self._seen = {r.region: (found.manifest_versions[r.region], r) for r in found.backlog.regions}
-        outcomes = {s: o for s in SERVICES if (o := read_outcome(table.store, s)) is not None}
+        pending = any(r.pending for r in found.backlog.regions)
+        outcomes = self._read_outcomes(now, version != before or pending)
         merge_failing = outcomes[MERGE].failing if MERGE in outcomes else {}
-        maintained = list(read_maintained(table, found.details, dataset).names)
-        retained = self._retained_progress()
+        maintained = self._maintained_names(found.details)
+        retained = self._retained_progress(now)
         regions = []
         for backlog in found.backlog.regions:
             manifest = self._manifests.get(backlog.region)
@@ -124,10 +148,31 @@ class TableWatch:
             outcomes=outcomes,
         )
 
-    def _retained_progress(self) -> dict[str, int]:
-        """Merge progress at the oldest stored version: one HEAD while that version stays, else a LIST."""
+    def _read_outcomes(self, now: float, active: bool) -> dict[str, Outcome]:
+        """The services' records: read when due, or on every read while the table is `active` (a new
+        version, generations pending: a service ending is what changes a record)."""
+        clock = self._clocks.get(OUTCOMES_PROBE)
+        if active or self.backoff.due(clock, now):
+            outcomes = {s: o for s in SERVICES if (o := read_outcome(self.table.store, s)) is not None}
+            self._clocks[OUTCOMES_PROBE] = probed(clock, now, active or outcomes != self._outcomes)
+            self._outcomes = outcomes
+        return self._outcomes
+
+    def _maintained_names(self, details: IndexDetails) -> list[str]:
+        """The maintained indexes at the details' version: Lance opens that version only when it is new."""
+        if self._maintained is None or self._maintained[0] != details.table_version:
+            self._maintained = details.table_version, list(read_maintained(self.table, details).names)
+        return self._maintained[1]
+
+    def _retained_progress(self, now: float) -> dict[str, int]:
+        """Merge progress at the oldest stored version: kept until due, then one HEAD while that version
+        stays, else a LIST."""
         store = self.table.store
+        clock = self._clocks.get(OLDEST_PROBE)
+        if self._oldest is not None and not self.backoff.due(clock, now):
+            return self._oldest[1]
         if self._oldest is not None and store.exists(_manifest_path(self._oldest[0])):
+            self._clocks[OLDEST_PROBE] = probed(clock, now, False)
             return self._oldest[1]
         names = (info.path.rsplit("/", 1)[-1] for info in store.list_files(TABLE_VERSIONS_DIR))
         versions = sorted(v for v in map(table_manifest_version, names) if v is not None)
@@ -138,6 +183,7 @@ class TableWatch:
                 progress = details.merged
                 break
         self._oldest = (versions[0], progress) if versions else None
+        self._clocks[OLDEST_PROBE] = probed(clock, now, True)
         return progress
 
 

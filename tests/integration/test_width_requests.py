@@ -2,11 +2,14 @@
 
 On a store with ~20 ms per request, a command's time at width is its
 requests per region; these pin the bounds (status, gc, merge, the sensor
-tick), and that a stale version hint never gives a wrong answer.
+tick, an idle table's ticks and exporter reads over an hour), and that a
+stale version hint never gives a wrong answer.
 """
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -19,15 +22,20 @@ from dagster import AssetObservation, DagsterInstance, SensorResult, build_senso
 
 from memwal_core.format.naming import MEM_WAL_DIR, REGION_MANIFEST_DIR, VERSION_HINT_FILE
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.backoff import Backoff
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.gc.service import gc
 from memwal_core.services.merge.service import merge
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
+from memwal_core.services.watch import TableWatch
 from memwal_core.storage.options import StorageOptions
+from memwal_pipelines import resources
 from memwal_pipelines.build import build_definitions
 from memwal_pipelines.config import TableConfig
-from memwal_pipelines.sensors import FLUSHED_SENSOR
+from memwal_pipelines.freshness import probe_backoff
+from memwal_pipelines.keys import TableKeys
+from memwal_pipelines.sensors import FLUSHED_SENSOR, FlushedTick, flushed_tick
 from tests.support.proxy import LatencyProxy
 from tests.support.tables import add_manifest_versions
 
@@ -170,8 +178,6 @@ def test_a_stale_hint_never_gives_a_wrong_answer(seaweed: Any, proxy: LatencyPro
 def test_sensor_tick_reads_only_what_changed(
     seaweed: Any, proxy: LatencyProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import json
-
     uri, regions = wide_table(seaweed.storage_options())
     options = proxy.storage_options(seaweed.storage_options())
     monkeypatch.setenv("WIDTH_TEST_OPTIONS", json.dumps(options))
@@ -193,3 +199,139 @@ def test_sensor_tick_reads_only_what_changed(
     assert [e.partition for e in events] == [moved]
     assert events[0].metadata["latest_flushed_generation"].value == 2
     assert events[0].metadata["pending_generations"].value == 2
+
+
+# An idle table's requests are counted over an hour of ticks in simulated time; the figures are the
+# aims at default settings (docs/pipeline.md): a quiet region probed at most every 110 s by the sensor
+# (5 s ticks, a bound of 900 s / 8) and every 435 s by the exporter (15 s reads, a bound of 450 s).
+SIMULATED = 3600.0
+SENSOR_PER_REGION_MINUTE = 0.55
+EXPORTER_PER_REGION_MINUTE = 0.15
+
+
+def idle_table(seaweed: Any) -> tuple[str, list[str], dict[str, str]]:
+    """`wide_table` with every region merged (nothing pending), and its storage options (no proxy)."""
+    uri, regions = wide_table(seaweed.storage_options())
+    with MemWalTable.open(uri, StorageOptions(seaweed.storage_options())) as table:
+        assert not merge(table).failures
+    return uri, regions, seaweed.storage_options()
+
+
+def per_minute(proxy: LatencyProxy, regions: list[str], seconds: float) -> tuple[float, float]:
+    """Requests since the last reset per region a minute, and the table's own (naming no region) a minute."""
+    region = proxy.naming(regions)
+    return region / len(regions) * 60 / seconds, (proxy.total() - region) * 60 / seconds
+
+
+def test_an_idle_table_costs_the_sensor_half_a_request_per_region_a_minute(
+    seaweed: Any, proxy: LatencyProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri, regions, direct = idle_table(seaweed)
+    options = proxy.storage_options(direct)
+    monkeypatch.setenv("WIDTH_TEST_OPTIONS", json.dumps(options))
+    keys = TableKeys(TableConfig(name="wide", uri=uri, storage_options_env="WIDTH_TEST_OPTIONS"))
+    backoff = probe_backoff(keys.table)
+    definitions = build_definitions([keys.table])
+    instance = DagsterInstance.ephemeral()
+    moved = regions[5]
+    start = time.time()
+    with build_sensor_context(instance=instance, resources=definitions.resources) as context:
+
+        def tick_at(cursor: str | None, now: float) -> FlushedTick:
+            return flushed_tick(context, keys, cursor, queued=False, now=now)
+
+        def ticks(cursor: str, first: float, last: float) -> str:
+            """Ticks from `first` to `last` (simulated time), each with the cursor the one before left."""
+            while first <= last:
+                cursor = tick_at(cursor, first).cursor.dump()
+                first += backoff.tick
+            return cursor
+
+        cursor = ticks(tick_at(None, start).cursor.dump(), start + backoff.tick, start + SIMULATED / 2)
+        proxy.reset()
+        cursor = ticks(cursor, start + SIMULATED / 2 + backoff.tick, start + SIMULATED)
+        region, table = per_minute(proxy, regions, SIMULATED / 2)
+        # Before backoff: one HEAD per region every tick (12 a minute), and a LIST of `_versions/` and
+        # one of `_mem_wal/` every tick (24 a minute).
+        assert region <= SENSOR_PER_REGION_MINUTE, f"{region:.2f} requests per region a minute"
+        assert table <= 2 * SENSOR_PER_REGION_MINUTE, f"{table:.2f} table requests a minute"
+
+        # The worst case: a flush on a long-quiet region just after its probe.
+        now = start + SIMULATED
+        while json.loads(cursor)["clocks"][moved][1] != now:
+            now += backoff.tick
+            cursor = tick_at(cursor, now).cursor.dump()
+        put_region(uri, direct, moved, np.arange(9000, 9010, dtype=np.int64))
+        probed = now
+
+        # A restart: a new process (no table open) ticking with the stored cursor keeps backing off.
+        monkeypatch.setattr(resources, "_SENSOR_TABLES", {})
+        proxy.reset()
+        now += backoff.tick
+        cursor = tick_at(cursor, now).cursor.dump()
+        assert proxy.naming(regions) == 0, "no region is due a tick after its probe"
+
+        # The flush is seen, and its merge round requested, within the bound.
+        while True:
+            now += backoff.tick
+            assert now - probed <= backoff.bound, "the flush was not seen within the bound"
+            found = tick_at(cursor, now)
+            cursor = found.cursor.dump()
+            if any(isinstance(e, AssetObservation) and e.partition == moved for e in found.events):
+                break
+        assert found.round is not None, "its merge round is requested in the same tick"
+
+        # A cursor from before backoff (no clocks, no table version) still loads: every region is probed.
+        older = {k: v for k, v in json.loads(cursor).items() if k not in ("clocks", "version")}
+        proxy.reset()
+        tick_at(json.dumps(older), now + backoff.tick)
+        assert per_region(proxy, regions) == 1
+
+
+def test_an_idle_table_costs_the_exporter_a_request_per_region_every_seven_minutes(
+    seaweed: Any, proxy: LatencyProxy
+) -> None:
+    uri, regions, direct = idle_table(seaweed)
+    # `memwal metrics --listen` at its defaults: a read every 15 s, a bound of half the 900 s threshold.
+    backoff = Backoff(tick=15.0, bound=450.0)
+    moved = regions[7]
+    start = time.time()
+    with MemWalTable.open(uri, StorageOptions(proxy.storage_options(direct))) as table:
+        watch = TableWatch(table, backoff)
+
+        def reads(first: float, last: float) -> None:
+            while first <= last:
+                watch.read(now=first)
+                first += backoff.tick
+
+        before = watch.read(now=start)
+        reads(start + backoff.tick, start + SIMULATED / 2)
+        proxy.reset()
+        reads(start + SIMULATED / 2 + backoff.tick, start + SIMULATED)
+        region, per_table = per_minute(proxy, regions, SIMULATED / 2)
+        # Before backoff: one HEAD per region every read (4 a minute), and per read the version listing,
+        # the region listing, three outcome records and the oldest version's HEAD (24 a minute).
+        assert region <= EXPORTER_PER_REGION_MINUTE, f"{region:.2f} requests per region a minute"
+        # The next version's HEAD on every read (4 a minute), the rest at the bound.
+        assert per_table <= 5, f"{per_table:.2f} table requests a minute"
+
+        # The worst case again: a flush just after the regions' probe shows within the bound, and
+        # until then every region keeps its reading.
+        now = start + SIMULATED
+        proxy.reset()
+        while not proxy.naming(regions):
+            now += backoff.tick
+            watch.read(now=now)
+        put_region(uri, direct, moved, np.arange(9000, 9010, dtype=np.int64))
+        probed = now
+        while True:
+            now += backoff.tick
+            assert now - probed <= backoff.bound, "the flush was not seen within the bound"
+            reading = watch.read(now=now)
+            (seen,) = [r.backlog for r in reading.regions if r.region == moved]
+            if seen.pending:
+                break
+            assert [r.backlog for r in reading.regions] == [r.backlog for r in before.regions]
+        assert seen.pending == (2,)
+        # Its lag grows with the time it is served at, without another read.
+        assert seen.oldest_pending_age(now + 60) == pytest.approx(seen.oldest_pending_age(now) + 60)

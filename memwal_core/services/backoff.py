@@ -1,0 +1,65 @@
+"""`Backoff`: how often a poller probes something that has stayed the same.
+
+The flushed-generations sensor and the exporter read every region of a table
+again and again, and almost every probe finds nothing: on a quiet table they
+were most of its storage requests. Each keeps, per probed thing (a region's
+manifest, the table's version, its region listing, ...), when it last saw it
+change and when it last probed it (`Clock`). Something idle for t seconds is
+probed every min(max(t/4, tick), bound): every tick while it changes, then
+less often the longer it stays the same, never less often than `bound`. A
+probe is due at the last tick that keeps the gap within that interval (a
+tick early rather than late), so with ticks on time a change after a long
+quiet is seen within `bound`: the sensor's bound is an eighth of the table's
+lag threshold, so a new flush is merged well within it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Clock:
+    """When a poller last saw something change, and when it last probed it (seconds since the epoch)."""
+
+    changed_at: float
+    probed_at: float
+
+    def to_list(self) -> list[float]:
+        """A compact JSON form (for a sensor's cursor)."""
+        return [self.changed_at, self.probed_at]
+
+    @classmethod
+    def from_list(cls, data: Sequence[float]) -> Clock:
+        changed, probed = data
+        return cls(float(changed), float(probed))
+
+
+def probed(clock: Clock | None, now: float, changed: bool) -> Clock:
+    """The clock after a probe at `now`; something probed for the first time counts as just changed."""
+    return Clock(now if changed or clock is None else clock.changed_at, now)
+
+
+def probe_interval(idle: float, tick: float, bound: float) -> float:
+    """Seconds between probes of something idle for `idle` seconds."""
+    return min(max(idle / 4, tick), bound)
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """A poller's schedule: it reads every `tick` seconds, and probes nothing less often than every `bound`."""
+
+    tick: float
+    bound: float
+
+    def due(self, clock: Clock | None, now: float) -> bool:
+        """Whether a probe is due at `now` (always for something never probed, or a clock ahead of `now`)."""
+        if clock is None:
+            return True
+        gap = now - clock.probed_at
+        return gap < 0 or gap >= probe_interval(now - clock.changed_at, self.tick, self.bound) - self.tick
+
+
+# A poller that probes everything on every read (a bound of 0).
+EVERY_READ = Backoff(tick=0.0, bound=0.0)

@@ -1,0 +1,68 @@
+"""The pollers' backoff: every tick while something changes, down to once per bound, a change seen within it."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import pytest
+
+from memwal_core.services.backoff import EVERY_READ, Backoff, Clock, probe_interval, probed
+
+# The sensor's at default settings: a 5 s tick, an eighth of a 900 s lag threshold.
+SENSOR = Backoff(tick=5.0, bound=900 / 8)
+HOUR = 3600.0
+
+
+def poll(backoff: Backoff, span: float, changes: list[float]) -> list[tuple[float, bool]]:
+    """A poller ticking from 0 to `span` over something that changes at `changes`: each probe and what it found."""
+    clock: Clock | None = None
+    probes: list[tuple[float, bool]] = []
+    for step in range(int(span / backoff.tick) + 1):
+        now = step * backoff.tick
+        if backoff.due(clock, now):
+            last = clock.probed_at if clock is not None else -1.0
+            changed = any(last < at <= now for at in changes)
+            clock = probed(clock, now, changed)
+            probes.append((now, changed))
+    return probes
+
+
+def test_the_interval_grows_with_idle_time_from_one_tick_to_the_bound() -> None:
+    assert probe_interval(0, 5, 112.5) == 5
+    assert probe_interval(100, 5, 112.5) == 25
+    assert probe_interval(HOUR, 5, 112.5) == 112.5
+    assert probe_interval(HOUR, 5, 2) == 2, "a bound under a tick: every tick"
+
+
+def test_a_quiet_thing_is_probed_about_once_per_bound() -> None:
+    probes = poll(SENSOR, HOUR, changes=[0.0])
+    # The first minute at nearly every tick, then backing off to once per bound (every 110 s at 5 s ticks).
+    late = [at for at, _changed in probes if at >= 30 * 60]
+    assert 60 * len(late) / (HOUR - 30 * 60) <= 0.55
+    assert len(probes) <= 60, len(probes)
+    assert max(b - a for (a, _), (b, _) in pairwise(probes)) <= SENSOR.bound
+
+
+@pytest.mark.parametrize("at", [601.0, 2000.0, 3333.3, 3599.0])
+def test_a_change_after_a_long_quiet_is_seen_within_the_bound(at: float) -> None:
+    probes = poll(SENSOR, HOUR + 200, changes=[0.0, at])
+    seen = [when for when, changed in probes if changed and when > 0]
+    assert seen and seen[0] - at <= SENSOR.bound
+    # ... and then it is probed every tick again.
+    after = [when for when, _changed in probes if when >= seen[0]][:4]
+    assert after == [seen[0] + n * SENSOR.tick for n in range(4)]
+
+
+def test_what_was_never_probed_or_probed_in_the_future_is_due() -> None:
+    assert SENSOR.due(None, 0.0)
+    # A clock ahead of this host's (another host wrote the cursor): probed now rather than never.
+    assert SENSOR.due(Clock(changed_at=0.0, probed_at=500.0), 100.0)
+    assert not SENSOR.due(Clock(changed_at=0.0, probed_at=HOUR), HOUR + SENSOR.tick)
+
+
+def test_every_read_probes_every_time_and_a_first_probe_counts_as_a_change() -> None:
+    assert all(EVERY_READ.due(Clock(0.0, HOUR), HOUR + t) for t in (0.0, 0.1, 1.0))
+    assert probed(None, 7.0, changed=False) == Clock(7.0, 7.0)
+    assert probed(Clock(1.0, 5.0), 9.0, changed=False) == Clock(1.0, 9.0)
+    assert probed(Clock(1.0, 5.0), 9.0, changed=True) == Clock(9.0, 9.0)
+    assert Clock.from_list(Clock(1.5, 2.5).to_list()) == Clock(1.5, 2.5)
