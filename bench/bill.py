@@ -36,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LANCE_LOG", "error")
 
-from bench.many_tables import SCHEMA, build_table, load  # noqa: E402
+from bench.many_tables import SCHEMA, build_table, burst, load, p95, tree_cpu, wait_merged  # noqa: E402
 from bench.width_s3 import upload  # noqa: E402
 from tests.support.proxy import LatencyProxy  # noqa: E402
 
@@ -252,6 +254,11 @@ def main() -> None:
     parser.add_argument("--put-rate", type=float, default=8.0)
     parser.add_argument("--put-rows", type=int, default=8)
     parser.add_argument("--flush-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--burst",
+        action="store_true",
+        help="then flush every region of one table, then of all, and time merges",
+    )
     parser.add_argument("--price", action="append", default=[], metavar="KIND=USD", help="per 1,000 requests")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "memwal-bill-cache")
     parser.add_argument("--writer", help=argparse.SUPPRESS)
@@ -334,7 +341,7 @@ def run(args: argparse.Namespace) -> None:
                         for u in uris[: args.writing]
                     ),
                 ]
-                with processes(commands, work):
+                with processes(commands, work) as started:
                     stop = threading.Event()
                     scraper = threading.Thread(
                         target=scrape,
@@ -343,11 +350,20 @@ def run(args: argparse.Namespace) -> None:
                     )
                     scraper.start()
                     time.sleep(args.warmup_seconds)
+                    cpu = cpu_by_component(running.pids, server.pid, started[0].pid)
                     proxy.counting = True
                     began = time.monotonic()
                     time.sleep(args.minutes * 60)
                     proxy.counting = False
-                    hours = (time.monotonic() - began) / 3600
+                    seconds = time.monotonic() - began
+                    hours = seconds / 3600
+                    after = cpu_by_component(running.pids, server.pid, started[0].pid)
+                    idle = Idle(
+                        {k: (after[k] - cpu[k]) / seconds for k in cpu},
+                        sum(proxy.bill.values()) / seconds,
+                        sensor_ticks(running),
+                    )
+                    bursts = burst_lags(running, uris, args.regions, options) if args.burst else None
                     stop.set()
         direct = server.storage_options()
         store = open_store(f"s3://{BUCKET}", StorageOptions(direct))
@@ -356,6 +372,96 @@ def run(args: argparse.Namespace) -> None:
             for i, u in enumerate(uris)
         }
     report(args, proxy, hours, stored)
+    report_scale(args, idle, bursts)
+
+
+@dataclass(frozen=True)
+class Idle:
+    """The deployment over the counted window: CPU share of one core by component, requests a second,
+    and the flushed-generations sensor's tick durations (seconds)."""
+
+    cpu: dict[str, float]
+    requests_per_second: float
+    ticks: list[float]
+
+
+def cpu_by_component(pids: dict[str, int], seaweed: int | None, exporter: int) -> dict[str, float]:
+    """CPU seconds so far of each part of the deployment (a process with all below it)."""
+    return {
+        "code server (sensors) and its runs": tree_cpu(pids["code_server"]),
+        "daemon": tree_cpu(pids["daemon"]),
+        "webserver": tree_cpu(pids["webserver"]),
+        "exporter": tree_cpu(exporter),
+        "SeaweedFS": tree_cpu(seaweed) if seaweed else 0.0,
+        "this process (the proxy)": time.process_time(),
+    }
+
+
+def sensor_ticks(running: Any) -> list[float]:
+    """Durations of the flushed-generations sensor's recent ticks, from Dagster's tick records."""
+    from memwal_pipelines.sensors import FLUSHED_SENSOR
+    from tests.support.dagster import LOCATION, REPOSITORY
+
+    data = running.graphql(
+        """query($selector: SensorSelector!) {
+             sensorOrError(sensorSelector: $selector) {
+               ... on Sensor { sensorState { ticks(limit: 200) { timestamp endTimestamp } } }
+             }
+           }""",
+        {
+            "selector": {
+                "repositoryLocationName": LOCATION,
+                "repositoryName": REPOSITORY,
+                "sensorName": FLUSHED_SENSOR,
+            }
+        },
+    )
+    ticks = data["sensorOrError"]["sensorState"]["ticks"]
+    return [t["endTimestamp"] - t["timestamp"] for t in ticks if t.get("endTimestamp")]
+
+
+def burst_lags(
+    running: Any, uris: list[str], regions: int, options: dict[str, str]
+) -> tuple[list[float], dict[str, list[float]]]:
+    """Flush one generation into every region of the last table alone, then of every table at once;
+    the flush -> merged lags of each."""
+    from dagster import DagsterInstance
+    from dagster._core.instance.ref import InstanceRef
+
+    with DagsterInstance.from_ref(InstanceRef.from_dir(str(running.home))) as instance:
+
+        def wait(tables: list[str]) -> None:
+            wait_merged(instance, tables, options)
+
+        lone = burst(uris[-1:], regions, wait, options)[uris[-1]]
+        print(f"lone table burst merged: p95 {p95(lone):.1f} s ({load()})", flush=True)
+        every = burst(uris, regions, wait, options)
+    return lone, every
+
+
+def report_scale(
+    args: argparse.Namespace, idle: Idle, bursts: tuple[list[float], dict[str, list[float]]] | None
+) -> None:
+    print(f"\nthe deployment over the counted window ({load()}):")
+    for part, share in idle.cpu.items():
+        print(f"  {part:<36} {share * 100:6.1f}% of one core")
+    print(f"  requests: {idle.requests_per_second:.1f} a second, all tables")
+    if idle.ticks:
+        print(
+            f"  flushed-generations sensor tick: median {statistics.median(idle.ticks):.2f} s, "
+            f"max {max(idle.ticks):.2f} s, over {len(idle.ticks)} ticks (interval 5 s; aim: at most half)"
+        )
+    if bursts is None:
+        return
+    lone, every = bursts
+    p95s = sorted(p95(v) for v in every.values())
+    worst = max(p95s)
+    print(
+        f"flush -> merged, {args.tables} tables x {args.regions} regions bursting at once: per-table p50 "
+        f"median {statistics.median(statistics.median(v) for v in every.values()):.1f} s, p95 median "
+        f"{statistics.median(p95s):.1f} s, worst {worst:.1f} s (aim <= 60 s); lone table p95 {p95(lone):.1f} s: "
+        f"worst {worst / max(p95(lone), 1e-9):.2f}x (aim <= 3x) ({load()})"
+    )
 
 
 def report(
