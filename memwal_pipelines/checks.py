@@ -22,6 +22,11 @@ def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
     """Every asset check of one table."""
     table = keys.table
 
+    def requester(context: AssetCheckExecutionContext) -> str:
+        """The service a check's requests are named after: GC's, when GC's job runs it before and after
+        GC (the blocking consistency check, the backlog check), else the checks job's."""
+        return "gc" if context.run.job_name == f"{table.name}_gc" else "checks"
+
     @asset_check(
         asset=keys.base,
         name="merge_backlog",
@@ -65,7 +70,7 @@ def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
         description="Lance's LSM read agrees with the base table plus the pending generations.",
     )
     def lsm_consistency(context: AssetCheckExecutionContext, memwal: MemWalResource) -> AssetCheckResult:
-        with memwal.open(table, "checks") as opened:
+        with memwal.open(table, requester(context)) as opened:
             result = check_consistency(opened)
         for line in [*(f.message for f in result.failures), *result.mismatches[:5]]:
             context.log.error(line)
@@ -84,8 +89,8 @@ def table_checks(keys: TableKeys) -> list[AssetChecksDefinition]:
             "prune now but has not (a GC dry run; generations kept by a rule are reported, not counted)."
         ),
     )
-    def gc_backlog(memwal: MemWalResource) -> AssetCheckResult:
-        with memwal.open(table, "checks") as opened:
+    def gc_backlog(context: AssetCheckExecutionContext, memwal: MemWalResource) -> AssetCheckResult:
+        with memwal.open(table, requester(context)) as opened:
             planned = gc(opened, dry_run=True, policy=table.gc_policy())
         figures = gc_figures(planned)
         # A generation pruned and deleted in one run (grace 0) counts once.

@@ -19,7 +19,7 @@ import pytest
 from memwal_core.demo import write_demo_table
 from memwal_core.format.naming import wal_entry_name
 from memwal_core.model.table import MemWalTable
-from memwal_core.services.backlog import backlog, backlog_since
+from memwal_core.services.backlog import Watched, backlog, backlog_since
 from memwal_core.services.merge.plan import plan_merge
 from memwal_core.services.reader import plan_read
 from memwal_core.services.snapshot.plan import plan_snapshot
@@ -33,7 +33,7 @@ VERSIONS = 300
 READS: dict[str, Callable[[MemWalTable], Any]] = {
     "status": status,
     "backlog": backlog,
-    "sensor tick": lambda t: backlog_since(t, {}),
+    "sensor tick": lambda t: backlog_since(t, Watched()),
     "merge plan": plan_merge,
     "reader": plan_read,
     "snapshot plan": plan_snapshot,
