@@ -64,17 +64,17 @@ from tests.support.proxy import LatencyProxy  # noqa: E402
 PRICES = {"HEAD": 0.0004, "GET": 0.0004, "PUT": 0.005, "LIST": 0.005, "DELETE": 0.0, "GB_MONTH": 0.023}
 HOURS_PER_MONTH = 730
 KINDS = ("HEAD", "GET", "PUT", "LIST", "DELETE")
-# A scheduled job -> (the table key of its cron, or None: not settable), the compressed cron, and its
-# factor: runs per hour at the default cron / at the compressed one.
+# A scheduled job -> the table key of its cron, the compressed cron, and its factor: runs per hour at the
+# default cron / at the compressed one.
 SCHEDULES = {
     "snapshot": ("snapshot_cron", "* * * * *", 15.0),  # default every 15 minutes
     "gc": ("gc_cron", "*/4 * * * *", 15.0),  # default hourly
     "compaction": ("compaction_cron", "*/24 * * * *", 15.0),  # default every 6 hours
     "retention": ("retention_cron", "0 */2 * * *", 12.0),  # default daily
-    "checks": (None, "", 1.0),  # every 10 minutes (CHECKS_CRON)
+    "checks": ("checks_cron", "*/4 * * * *", 15.0),  # default hourly
 }
 # The scheduled services (as their User-Agent names them) and their jobs. The snapshot job also records
-# the status asset; GC's job runs the blocking consistency check first, counted under "checks" uncompressed.
+# the status asset; the checks GC's job runs (its blocking consistency check, its backlog check) are GC's.
 SERVICE_JOB = {
     "snapshot": "snapshot",
     "status": "snapshot",

@@ -71,6 +71,7 @@ attributes:
   compaction_cron: "{compaction_cron}"
   retention_cron: "{retention_cron}"
   gc_cron: "{gc_cron}"
+  checks_cron: "{checks_cron}"
 """
 
 BUDGET_BYTES = 512 << 20
@@ -102,6 +103,7 @@ class MemWalTableScaffolder(Scaffolder[TableScaffoldParams]):
             compaction_cron=defaults.compaction_cron,
             retention_cron=defaults.retention_cron,
             gc_cron=defaults.gc_cron,
+            checks_cron=defaults.checks_cron,
         )
         (request.target_path / "defs.yaml").write_text(text)
 

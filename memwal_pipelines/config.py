@@ -38,6 +38,7 @@ tables:
     sensors: true                # false: the sensors start no merge, catch-up or compaction runs for it
     status_interval_seconds: 60  # the sensor records the status at most this often (when it changed)
     gc_cron: "45 * * * *"        # GC, after the blocking LSM-consistency check
+    checks_cron: "50 * * * *"    # the asset checks (each reads every region: hourly keeps an idle table cheap)
     gc_grace_seconds: 3600       # a pruned generation's directory stays this long
     gc_fence_retention_seconds: 604800   # WAL entries and manifest versions stay this long (at least a day)
     max_gc_backlog_generations: 256   # merged generations GC could delete but has not
@@ -162,6 +163,7 @@ class TableConfig:
     sensors: bool = True
     status_interval_seconds: Seconds = 60.0
     gc_cron: str = "45 * * * *"
+    checks_cron: str = "50 * * * *"
     gc_grace_seconds: Annotated[float, _ranged(Range(0, MAX_GRACE_SECONDS), whole_number=False)] = (
         DEFAULT_GRACE_SECONDS
     )

@@ -38,7 +38,6 @@ SERVICE_TAG = "memwal/service"
 # Dagster's run monitoring fails a run older than this tag's seconds, even one whose worker is gone.
 MAX_RUNTIME_TAG = "dagster/max_runtime"
 UPKEEP_TAG = "memwal/upkeep"
-CHECKS_CRON = "*/10 * * * *"
 
 
 @dataclass(frozen=True)
@@ -149,7 +148,7 @@ def table_schedules(keys: TableKeys, jobs: TableJobs) -> list[ScheduleDefinition
         )
         for suffix, scheduled, cron in [
             ("snapshot", jobs.snapshot, table.snapshot_cron),
-            ("checks", jobs.checks, CHECKS_CRON),
+            ("checks", jobs.checks, table.checks_cron),
             ("compaction", jobs.compaction, table.compaction_cron),
             ("retention", jobs.retention, table.retention_cron),
             ("gc", jobs.gc, table.gc_cron),
