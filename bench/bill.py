@@ -58,6 +58,7 @@ os.environ.setdefault("LANCE_LOG", "error")
 
 from bench.many_tables import SCHEMA, build_table, burst, load, p95, tree_cpu, wait_merged  # noqa: E402
 from bench.width_s3 import upload  # noqa: E402
+from tests.support.cli import option_flags  # noqa: E402
 from tests.support.proxy import LatencyProxy  # noqa: E402
 
 # S3 Standard list prices (us-east-1): USD per 1,000 requests, and per GB-month stored.
@@ -305,7 +306,6 @@ def run(args: argparse.Namespace) -> None:
                     for job in SCHEDULES:
                         running.start_schedule(f"t{i}_{job}_schedule")
                 (port,) = free_ports(1)
-                flags = [part for k, v in options.items() for part in ("-o", f"{k}={v}")]
                 seconds = args.warmup_seconds + args.minutes * 60
                 env = {**os.environ, "PYTHONPATH": str(ROOT)}
                 commands = [
@@ -314,7 +314,7 @@ def run(args: argparse.Namespace) -> None:
                             str(Path(sys.executable).parent / "memwal"),
                             "metrics",
                             *uris,
-                            *flags,
+                            *option_flags(options),
                             "--listen",
                             f"127.0.0.1:{port}",
                         ],

@@ -118,22 +118,33 @@ def check_consistency(table: MemWalTable, *, sample: int = 64, seed: int | None 
 def _compare(
     table: MemWalTable, plan: ReadPlan, *, sample: int, seed: int | None, started: float
 ) -> ConsistencyResult:
+    base = table.dataset(plan.table_version)
+    pending = sum(len(region.generations) for region in plan.regions)
+    if pending:
+        expected_rows, lsm_rows, sampled, mismatches = _against_model(table, plan, base, sample, seed)
+    else:  # nothing to compare: the LSM read is the base table, and a check of an idle table reads no data
+        expected_rows = lsm_rows = base.count_rows()
+        sampled, mismatches = 0, []
+    return ConsistencyResult(
+        table=table.uri,
+        read_version=plan.table_version,
+        seconds=time.perf_counter() - started,
+        expected_rows=expected_rows,
+        lsm_rows=lsm_rows,
+        sampled_keys=sampled,
+        mismatches=mismatches,
+        pending_generations=pending,
+    )
+
+
+def _against_model(
+    table: MemWalTable, plan: ReadPlan, base: Any, sample: int, seed: int | None
+) -> tuple[int, int, int, list[str]]:
+    """Lance's LSM read against the model: the expected and the LSM row counts, the keys sampled, and
+    every mismatch."""
     import pandas as pd  # imported here: a quarter second that most commands never need
 
     primary_key = list(table.primary_key)
-    base = table.dataset(plan.table_version)
-    pending = sum(len(region.generations) for region in plan.regions)
-    if not pending:  # nothing to compare: a check of an idle table reads no data
-        rows = base.count_rows()
-        return ConsistencyResult(
-            table=table.uri,
-            read_version=plan.table_version,
-            seconds=time.perf_counter() - started,
-            expected_rows=rows,
-            lsm_rows=rows,
-            sampled_keys=0,
-            mismatches=[],
-        )
     fields = TableFields.of(base)
     upserts: dict[Key, dict[str, Any]] = {}
     deletes: set[Key] = set()
@@ -181,16 +192,7 @@ def _compare(
         actual = found.get(key)
         if actual != expected:
             mismatches.append(f"key {key}: LSM lookup gives {actual}, expected {expected}")
-    return ConsistencyResult(
-        table=table.uri,
-        read_version=plan.table_version,
-        seconds=time.perf_counter() - started,
-        expected_rows=expected_rows,
-        lsm_rows=lsm_rows,
-        sampled_keys=len(probes),
-        mismatches=mismatches,
-        pending_generations=pending,
-    )
+    return expected_rows, lsm_rows, len(probes), mismatches
 
 
 def _lookup(

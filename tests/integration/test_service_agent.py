@@ -8,8 +8,6 @@ User-Agent the user set is theirs and is kept.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import uuid
 from collections import Counter
 from typing import Any
@@ -17,6 +15,7 @@ from typing import Any
 from memwal_core.demo import write_demo_table
 from memwal_core.model.table import MemWalTable
 from memwal_core.storage.options import StorageOptions
+from tests.support.cli import option_flags, run_cli
 from tests.support.proxy import LatencyProxy
 
 
@@ -45,23 +44,7 @@ def test_a_command_names_its_service_on_every_request_memwals_and_lances(seaweed
     )
     with AgentProxy(_port(seaweed)) as proxy:
         options = proxy.storage_options(seaweed.storage_options())
-        flags = [part for k, v in options.items() for part in ("-o", f"{k}={v}")]
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "memwal_core.cli.main",
-                "merge",
-                uri,
-                *flags,
-                "--engine",
-                "local",
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        done = run_cli("merge", uri, *option_flags(options), "--engine", "local", "--json")
     assert done.returncode == 0, done.stderr
     agents = dict(proxy.agents)
     # memwal's client sends the name as it is; Lance appends its own (the merge's commit is Lance's).
