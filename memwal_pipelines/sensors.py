@@ -348,7 +348,7 @@ def location_sensors(
 
         def read(keys: TableKeys, seen: str | None) -> str:
             with sensor_table(keys.table) as opened:
-                version = str(opened.dataset().version)
+                version = str(opened.version_after(known_version(seen)))
                 if version == seen:  # the answer is the same at the same table version
                     return version
                 state = index_state(opened)
@@ -379,17 +379,22 @@ def location_sensors(
             if job in busy:
                 return seen or ""
             with sensor_table(keys.table) as opened:
-                dataset = opened.dataset()
-            version = str(dataset.version)
-            if version != seen:  # fragments change only with a new table version
-                request = compaction_request(keys, dataset)
-                if request is not None:
-                    runs.append(RunRequest(job_name=job, run_key=request))
+                version = str(opened.version_after(known_version(seen)))
+                if version != seen:  # fragments change only with a new table version
+                    request = compaction_request(keys, opened.dataset(int(version)))
+                    if request is not None:
+                        runs.append(RunRequest(job_name=job, run_key=request))
             return version
 
         return SensorResult(run_requests=runs, cursor=each_table(context, tables, read))
 
     return [flushed_generations, index_catchup, compaction]
+
+
+def known_version(seen: str | None) -> int | None:
+    """The table version a sensor's cursor holds for a table (None: none yet): an unchanged table then
+    costs one HEAD a tick (`MemWalTable.version_after`), not a listing of its versions."""
+    return int(seen) if seen and seen.isdigit() else None
 
 
 def compaction_request(keys: TableKeys, dataset: Any) -> str | None:

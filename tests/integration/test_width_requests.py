@@ -35,7 +35,13 @@ from memwal_pipelines.build import build_definitions
 from memwal_pipelines.config import TableConfig
 from memwal_pipelines.freshness import probe_backoff
 from memwal_pipelines.keys import TableKeys
-from memwal_pipelines.sensors import FLUSHED_SENSOR, FlushedTick, flushed_tick
+from memwal_pipelines.sensors import (
+    CATCHUP_SENSOR,
+    COMPACTION_SENSOR,
+    FLUSHED_SENSOR,
+    FlushedTick,
+    flushed_tick,
+)
 from tests.support.proxy import LatencyProxy
 from tests.support.tables import add_manifest_versions
 
@@ -335,3 +341,27 @@ def test_an_idle_table_costs_the_exporter_a_request_per_region_every_seven_minut
         assert seen.pending == (2,)
         # Its lag grows with the time it is served at, without another read.
         assert seen.oldest_pending_age(now + 60) == pytest.approx(seen.oldest_pending_age(now) + 60)
+
+
+@pytest.mark.parametrize("name", [CATCHUP_SENSOR, COMPACTION_SENSOR])
+def test_an_unchanged_tables_catchup_and_compaction_ticks_cost_one_head(
+    seaweed: Any, proxy: LatencyProxy, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    uri, _regions, direct = idle_table(seaweed)
+    monkeypatch.setenv("WIDTH_TEST_OPTIONS", json.dumps(proxy.storage_options(direct)))
+    definitions = build_definitions(
+        [TableConfig(name="wide", uri=uri, storage_options_env="WIDTH_TEST_OPTIONS")]
+    )
+    sensor = definitions.resolve_sensor_def(name)
+    cursor = None
+    with DagsterInstance.ephemeral() as instance:
+        for _ in range(3):  # the first tick reads the table; the others find its version unchanged
+            proxy.reset()
+            with build_sensor_context(
+                instance=instance, cursor=cursor, resources=definitions.resources
+            ) as context:
+                result = sensor(context)
+            assert isinstance(result, SensorResult)
+            cursor = result.cursor
+        # Before: Lance's open of the latest version, a listing of `_versions/` and more, every tick.
+        assert proxy.counts == {"HEAD": 1}, proxy.lines
