@@ -18,7 +18,14 @@ in S3's access logs.
 Schedules run compressed by the factors in SCHEDULES (the snapshot every minute
 instead of every 15, GC every 4 minutes instead of hourly, ...); their requests
 are divided by their factor, so every figure is per real hour at the default
-schedules. Sensors, merges, catch-up, the exporter and writers run at their real rates.
+schedules (`--real-schedules` keeps the defaults: with 50 tables, a snapshot run a minute per
+table would be the machine's whole load). Sensors, merges, catch-up, the exporter and writers run
+at their real rates.
+
+`--burst` then measures the scale figures: the deployment's CPU by component and requests a second
+over the counted window, the flushed-generations sensor's tick times, and flush -> merged lags of
+one table bursting alone, then of every table at once (the moonshot: `--tables 50 --regions 200
+--writing 0 --real-schedules --burst`).
 
 At the end the bucket is listed directly (not through the proxy) and each
 table's objects are sorted by kind: base table, pending generations, merged
@@ -260,6 +267,9 @@ def main() -> None:
         action="store_true",
         help="then flush every region of one table, then of all, and time merges",
     )
+    parser.add_argument(
+        "--real-schedules", action="store_true", help="the default schedules, not compressed (many tables)"
+    )
     parser.add_argument("--price", action="append", default=[], metavar="KIND=USD", help="per 1,000 requests")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "memwal-bill-cache")
     parser.add_argument("--writer", help=argparse.SUPPRESS)
@@ -287,7 +297,9 @@ def run(args: argparse.Namespace) -> None:
         server.create_bucket(BUCKET)
         uris = build(args, server)
         listing = work / "tables.yaml"
-        crons = "".join(f", {key}: '{cron}'" for key, cron, _f in SCHEDULES.values() if key)
+        crons = "".join(
+            f", {key}: '{cron}'" for key, cron, _f in SCHEDULES.values() if key and not args.real_schedules
+        )
         listing.write_text(
             "tables:\n"
             + "".join(
@@ -471,7 +483,9 @@ def report(
     stored: dict[str, dict[str, tuple[int, int]]],
 ) -> None:
     bill = proxy.bill
-    factor = {service: SCHEDULES[job][2] for service, job in SERVICE_JOB.items()}
+    factor = {
+        service: 1.0 if args.real_schedules else SCHEDULES[job][2] for service, job in SERVICE_JOB.items()
+    }
     print(
         f"\n{args.tables} tables x {args.regions} regions on SeaweedFS at {args.delay_ms:g} ms, "
         f"{args.writing} with a steady writer ({args.put_rate:g} puts/s of {args.put_rows} rows), "
