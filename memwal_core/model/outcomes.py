@@ -4,9 +4,14 @@ Whoever runs a merge, GC or snapshot (the CLI, a Dagster run, a script) leaves
 one small JSON record at `_memwal_outcomes/{service}.json`: when it ended,
 whether it succeeded, its first error line, the last success before it, and
 for services that work per region, each region that keeps failing (how many
-runs in a row, since when). Monitoring (`memwal metrics`) reads these three
+runs in a row, since when). Monitoring (`memwal metrics`) reads these
 records instead of the orchestrator's database, so a table's outcomes are the
 same whoever ran the service.
+
+Each record also sums what the service's runs cost: their storage requests
+through memwal's own store, by kind (Lance's own requests are not seen there).
+GC's carries what the table holds by kind as its last run listed it (`stored`,
+`stored_at`). Records written before these fields read as zero and nothing.
 
 A record is a report, not a lock: two services of the same kind ending at the
 same time keep the last writer's record. Recording never fails the service
@@ -17,20 +22,22 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from memwal_core.errors import MemwalError, NotFoundError, StorageError, first_line
 from memwal_core.format.naming import OUTCOME_DIR
-from memwal_core.storage.object_store import ObjectStore
+from memwal_core.storage.object_store import ObjectStore, RequestStats, by_kind
 
 log = logging.getLogger(__name__)
 
 MERGE = "merge"
 GC = "gc"
 SNAPSHOT = "snapshot"
-SERVICES = (MERGE, GC, SNAPSHOT)
+CATCHUP = "catchup"
+SERVICES = (MERGE, GC, SNAPSHOT, CATCHUP)
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,14 @@ class RegionFailing:
     runs: int
     since: float
     error: str
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Objects of one kind a table holds, and their bytes (None: not known without listing them)."""
+
+    objects: int
+    bytes: int | None
 
 
 @dataclass(frozen=True)
@@ -53,6 +68,11 @@ class Outcome:
     # The end of the last run that succeeded (this one, if it did); None if none is recorded.
     last_success_at: float | None = None
     failing: Mapping[str, RegionFailing] = field(default_factory=dict)
+    # Storage requests of every recorded run through memwal's store, by kind (`by_kind`).
+    requests: Mapping[str, int] = field(default_factory=dict)
+    # What the table holds by kind as the last run that listed every region found it, and when (GC's).
+    stored: Mapping[str, Stored] = field(default_factory=dict)
+    stored_at: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,11 +82,18 @@ class Outcome:
             "error": self.error,
             "last_success_at": self.last_success_at,
             "failing": {r: [f.runs, f.since, f.error] for r, f in sorted(self.failing.items())},
+            "requests": dict(sorted(self.requests.items())),
+            "stored": {k: [s.objects, s.bytes] for k, s in sorted(self.stored.items())},
+            "stored_at": self.stored_at,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Outcome:
         failing = {r: RegionFailing(int(v[0]), float(v[1]), str(v[2])) for r, v in data["failing"].items()}
+        stored = {
+            str(k): Stored(int(v[0]), None if v[1] is None else int(v[1]))
+            for k, v in data.get("stored", {}).items()
+        }
         return cls(
             service=str(data["service"]),
             at=float(data["at"]),
@@ -74,6 +101,9 @@ class Outcome:
             error=data["error"],
             last_success_at=data["last_success_at"],
             failing=failing,
+            requests={str(k): int(v) for k, v in data.get("requests", {}).items()},
+            stored=stored,
+            stored_at=None if data.get("stored_at") is None else float(data["stored_at"]),
         )
 
     def then(
@@ -84,8 +114,11 @@ class Outcome:
         error: str | None,
         failed: Mapping[str, str],
         succeeded: Iterable[str],
+        requests: Mapping[str, int] | None = None,
+        stored: Mapping[str, Stored] | None = None,
     ) -> Outcome:
-        """The record after another run: regions that failed again count up, those that worked drop out."""
+        """The record after another run: regions that failed again count up, those that worked drop out;
+        the run's `requests` (by kind) add up; `stored`, if the run found it, replaces the last."""
         cleared = set(succeeded)
         failing = {r: f for r, f in self.failing.items() if r not in cleared and r not in failed}
         for region, message in failed.items():
@@ -93,7 +126,10 @@ class Outcome:
             runs, since = (before.runs + 1, before.since) if before else (1, at)
             failing[region] = RegionFailing(runs, since, message)
         last_success = at if ok else self.last_success_at
-        return Outcome(self.service, at, ok, error, last_success, failing)
+        total = Counter(self.requests)
+        total.update(requests or {})
+        found, found_at = (self.stored, self.stored_at) if stored is None else (stored, at)
+        return Outcome(self.service, at, ok, error, last_success, failing, dict(total), found, found_at)
 
 
 def outcome_path(service: str) -> str:
@@ -122,11 +158,29 @@ def record_outcome(
     error: str | None = None,
     failed: Mapping[str, str] | None = None,
     succeeded: Iterable[str] = (),
+    requests: RequestStats | None = None,
+    stored: Mapping[str, Stored] | None = None,
 ) -> Outcome | None:
-    """Write the service's record after a run; the record, or None if storage refused it (logged)."""
+    """Write the service's record after a run; the record, or None if storage refused it (logged).
+
+    `requests`: the store's count, reset as the run started; read once the record is read, so the
+    record's own read is in it, and its write is added as one PUT.
+    """
     try:
         before = read_outcome(store, service) or Outcome(service, 0.0, True)
-        after = before.then(at=at, ok=ok, error=error, failed=failed or {}, succeeded=succeeded)
+        run: dict[str, int] = {}
+        if requests is not None:  # and this record's write: one PUT
+            run = by_kind(requests.snapshot())
+            run["PUT"] += 1
+        after = before.then(
+            at=at,
+            ok=ok,
+            error=error,
+            failed=failed or {},
+            succeeded=succeeded,
+            requests=run,
+            stored=stored,
+        )
         store.write(outcome_path(service), json.dumps(after.to_json(), sort_keys=True).encode())
     except (MemwalError, OSError) as exc:
         log.warning("the %s outcome of %s was not recorded: %s", service, store.describe(""), first_line(exc))

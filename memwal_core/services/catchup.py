@@ -26,8 +26,10 @@ from memwal_core.arguments import checked
 from memwal_core.errors import CatchupError, NotFoundError
 from memwal_core.format.index_details import IndexDetails
 from memwal_core.model.indexes import read_maintained
+from memwal_core.model.outcomes import CATCHUP
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.index_list import ListUpdate, read_region_manifests, update_maintained_list
+from memwal_core.services.outcome import recorded
 from memwal_core.services.result import NOT_IN_JSON, ServiceResult
 from memwal_core.storage.object_store import side_call
 
@@ -129,6 +131,8 @@ class CatchupResult(ServiceResult):
     plan: CatchupPlan | None = field(default=None, repr=False, metadata=NOT_IN_JSON)
     # The `maintained_indexes` list brought in step with the rule first.
     maintained_list: ListUpdate | None = None
+    # The run's storage requests through memwal's store, by operation (Lance's are not seen there).
+    requests: dict[str, int] = field(default_factory=dict)
 
     def computed_json(self) -> dict[str, Any]:
         payload: dict[str, Any] = {"missing_indexes": list(self.plan.missing) if self.plan else []}
@@ -210,6 +214,7 @@ def _bring_level(
 
 
 @checked
+@recorded(CATCHUP)
 def catchup(
     table: MemWalTable,
     *,
@@ -235,6 +240,7 @@ def catchup(
         ...     print(catchup(table).to_json()["indexes"])
     """
     started = time.perf_counter()
+    table.store.stats.reset()
     plan = plan_catchup(table, indexes=indexes)
     if dry_run:
         return CatchupResult(
@@ -245,6 +251,7 @@ def catchup(
             indexes=[],
             plan=plan,
             maintained_list=update_maintained_list(table, dry_run=True),
+            requests=table.store.stats.snapshot(),
         )
     # A list gaining an index needs every region's manifest: they are read while Lance updates the indexes.
     details = table.index_details(plan.table_version)
@@ -266,4 +273,5 @@ def catchup(
         indexes=sorted(results, key=lambda r: r.index),
         plan=plan,
         maintained_list=listing,
+        requests=table.store.stats.snapshot(),
     )

@@ -9,6 +9,10 @@ retrying would hold the caller for the storage's whole retry time. Nor does
 one refused for bad input (arguments, a table without MemWAL, a corrupt
 manifest): such a command writes nothing at all, and the exporter reports a
 table it cannot read by itself (`memwal_table_up 0`).
+
+Each record adds up the run's storage requests: the table's store count is
+reset as the run starts and read as its record is written, failed runs too.
+Requests made before (opening the table) and Lance's own are not in it.
 """
 
 from __future__ import annotations
@@ -16,11 +20,11 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from memwal_core.errors import BadInputError, MemwalError, first_line
-from memwal_core.model.outcomes import record_outcome, unrecordable
+from memwal_core.model.outcomes import Stored, record_outcome, unrecordable
 from memwal_core.services.result import ServiceResult, grouped
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,8 +34,13 @@ def _nothing(_result: Any) -> Iterable[str]:
     return ()
 
 
-def recorded(service: str, succeeded: Callable[[Any], Iterable[str]] = _nothing) -> Callable[[F], F]:
-    """Record the outcome of every real run of the decorated service; `succeeded`: regions it finished."""
+def recorded(
+    service: str,
+    succeeded: Callable[[Any], Iterable[str]] = _nothing,
+    stored: Callable[[Any], Mapping[str, Stored] | None] | None = None,
+) -> Callable[[F], F]:
+    """Record the outcome of every real run of the decorated service; `succeeded`: regions it finished;
+    `stored`: what the table holds by kind, as the run found it (None: not found this time)."""
 
     def decorate(function: F) -> F:
         signature = inspect.signature(function)
@@ -43,11 +52,20 @@ def recorded(service: str, succeeded: Callable[[Any], Iterable[str]] = _nothing)
             table = bound.arguments["table"]
             if bound.arguments.get("dry_run", False):
                 return function(*args, **kwargs)
+            requests = table.store.stats
+            requests.reset()
             try:
                 result: ServiceResult = function(*args, **kwargs)
             except MemwalError as exc:
                 if not unrecordable(exc) and not isinstance(exc, BadInputError):
-                    record_outcome(table.store, service, at=time.time(), ok=False, error=first_line(exc))
+                    record_outcome(
+                        table.store,
+                        service,
+                        at=time.time(),
+                        ok=False,
+                        error=first_line(exc),
+                        requests=requests,
+                    )
                 raise
             groups = grouped(result.failures)
             record_outcome(
@@ -58,6 +76,8 @@ def recorded(service: str, succeeded: Callable[[Any], Iterable[str]] = _nothing)
                 error=groups[0].message if groups else None,
                 failed={f.region: f.error for f in result.failures if f.region is not None},
                 succeeded=succeeded(result),
+                requests=requests,
+                stored=stored(result) if stored is not None else None,
             )
             return result
 

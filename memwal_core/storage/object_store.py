@@ -13,7 +13,7 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -106,16 +106,49 @@ class ObjectInfo:
     mtime: float
 
 
+# The kinds of S3 request (what S3 bills per request), and the kind of each operation the stores count
+# (`RequestStats.add`): the one mapping from operation names to request kinds.
+REQUEST_KINDS = ("HEAD", "GET", "PUT", "LIST", "DELETE")
+OPERATION_KINDS: Mapping[str, str] = {
+    "head": "HEAD",
+    "get": "GET",
+    "put": "PUT",
+    "put_if_not_exists": "PUT",
+    "list": "LIST",
+    "delete": "DELETE",
+    "delete_many": "DELETE",  # one DeleteObjects request (a POST) per batch of up to 1,000 keys
+}
+
+
+def by_kind(operations: Mapping[str, int]) -> dict[str, int]:
+    """Counts by operation (`RequestStats.snapshot`) as counts by request kind, every kind present."""
+    kinds = dict.fromkeys(REQUEST_KINDS, 0)
+    for operation, n in operations.items():
+        kinds[OPERATION_KINDS[operation]] += n
+    return kinds
+
+
 class RequestStats:
-    """Thread-safe count of storage requests by kind, for benchmarks and metrics."""
+    """Thread-safe count of storage requests by operation, for benchmarks and metrics.
+
+    `reset` starts a new count (a service's run, a monitoring read); `lifetime` keeps counting
+    through resets, for a reader that keeps its store open (the exporter's requests).
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
+        self._lifetime: Counter[str] = Counter()
 
     def add(self, kind: str, n: int = 1) -> None:
         with self._lock:
             self._counts[kind] += n
+            self._lifetime[kind] += n
+
+    def lifetime(self) -> dict[str, int]:
+        """Every request since the store was made, resets notwithstanding."""
+        with self._lock:
+            return dict(self._lifetime)
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:

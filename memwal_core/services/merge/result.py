@@ -81,6 +81,8 @@ class MergeResult(ServiceResult):
     planned_batches: list[dict[str, Any]] = field(default_factory=list, metadata=NOT_IN_JSON)
     max_batch_rows: int = 0
     max_batch_bytes: int = 0
+    # The round's storage requests through memwal's store, by operation (Lance's are not seen there).
+    requests: dict[str, int] = field(default_factory=dict)
 
     @property
     def generations_merged(self) -> int:

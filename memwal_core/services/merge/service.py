@@ -95,6 +95,7 @@ def merge(
     budget = budget or MergeBudget.default()
     retry = retry or RetryPolicy(attempts=5, base_delay=0.2, max_delay=5.0)
     started = time.perf_counter()
+    table.store.stats.reset()
     if not dry_run:
         load_lance_meanwhile()  # while the round plans and takes its leases: its batches open generations
     # A round with work first checks the details lease every commit takes: beside the plan.
@@ -174,4 +175,5 @@ def merge(
         planned_batches=preview_batches(plan, budget) if dry_run else [],
         max_batch_rows=budget.max_rows,
         max_batch_bytes=budget.max_bytes,
+        requests=table.store.stats.snapshot(),
     )
