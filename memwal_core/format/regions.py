@@ -53,6 +53,12 @@ class RegionManifest:
     def generation_numbers(self) -> list[int]:
         return [g.generation for g in self.generations]
 
+    @property
+    def wal_entries_to_replay(self) -> int:
+        """WAL entries past the last flushed generation, which a new writer replays (as this version
+        records them: Lance updates `wal_entry_position_last_seen` at every flush and claim)."""
+        return max(0, self.wal_entry_position_last_seen - self.replay_after_wal_entry_position)
+
     def to_proto(self) -> pb.ShardManifest:
         """The protobuf message, with any fields this project does not name kept intact."""
         message = pb.ShardManifest()

@@ -206,6 +206,4 @@ def _pending_rows(manifest: RegionManifest | None, merged: int) -> int | None:
 
 
 def _wal_entries_held(manifest: RegionManifest | None) -> int:
-    if manifest is None:
-        return 0
-    return max(0, manifest.wal_entry_position_last_seen - manifest.replay_after_wal_entry_position)
+    return manifest.wal_entries_to_replay if manifest is not None else 0

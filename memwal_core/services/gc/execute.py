@@ -29,6 +29,8 @@ class RegionGcOutcome:
 
     region: str
     pruned_in_version: int | None
+    # The size of that version (0: none written).
+    pruned_manifest_bytes: int
     deleted_dirs: tuple[GenerationDir, ...]
     objects_deleted: int
     # Bytes of the generation directories deleted (as listed just before deleting them).
@@ -37,8 +39,9 @@ class RegionGcOutcome:
     manifest_versions_deleted: int
 
 
-def prune_generations(manifests: RegionManifestStore, paths: set[str]) -> int | None:
-    """Write a manifest version that no longer lists `paths`; its version, or None if none listed them.
+def prune_generations(manifests: RegionManifestStore, paths: set[str]) -> tuple[int, int] | None:
+    """Write a manifest version that no longer lists `paths`; its version and size, or None if none
+    listed them.
 
     The epoch is copied, never bumped: a bump would fence the live writer.
     """
@@ -51,11 +54,12 @@ def prune_generations(manifests: RegionManifestStore, paths: set[str]) -> int | 
         del message.sstables[:]
         message.sstables.extend(keep)
         message.version = current.version + 1
+        data = message.SerializeToString()
         try:
-            manifests.write_next(current, message.SerializeToString())
+            manifests.write_next(current, data)
         except AlreadyExistsError:
             continue  # the writer flushed meanwhile: re-apply on its version
-        return current.version + 1
+        return current.version + 1, len(data)
     raise ConflictError(
         f"region {manifests.region}: manifest kept changing; gave up pruning after {MAX_PRUNE_ATTEMPTS} attempts"
     )
@@ -64,7 +68,8 @@ def prune_generations(manifests: RegionManifestStore, paths: set[str]) -> int | 
 def execute_region(store: ObjectStore, manifests: RegionManifestStore, plan: RegionGcPlan) -> RegionGcOutcome:
     """Apply one region's plan (see the module docstring for the order)."""
     region_dir = f"{MEM_WAL_DIR}/{plan.region}"
-    pruned_in = prune_generations(manifests, {d.path for d in plan.prune}) if plan.prune else None
+    pruned = prune_generations(manifests, {d.path for d in plan.prune}) if plan.prune else None
+    pruned_in, pruned_bytes = pruned or (None, 0)
     # Every directory's objects in shared batch deletes, then the WAL entries and abandoned uploads.
     trees = (
         store.delete_trees([f"{region_dir}/{d.path}" for d in plan.deleted_dirs]) if plan.deleted_dirs else []
@@ -82,6 +87,7 @@ def execute_region(store: ObjectStore, manifests: RegionManifestStore, plan: Reg
     return RegionGcOutcome(
         region=plan.region,
         pruned_in_version=pruned_in,
+        pruned_manifest_bytes=pruned_bytes,
         deleted_dirs=plan.deleted_dirs,
         objects_deleted=objects
         + len(plan.wal_delete)

@@ -37,6 +37,7 @@ from memwal_core.services.gc.rules import (
     RegionBounds,
     region_bounds,
 )
+from memwal_core.services.gc.stored import RegionStored
 from memwal_core.services.gc.wal_temps import WalTempScan, read_dues, scan_due
 from memwal_core.services.result import Failure
 from memwal_core.storage.object_store import ObjectInfo, ObjectStore, side_call
@@ -84,6 +85,8 @@ class RegionGcPlan:
     manifest_delete: tuple[int, ...]
     # Manifest versions no other rule keeps, kept because they are younger than the fence retention.
     manifest_kept: int
+    # What the listing showed the region holds, for the figures GC records (`stored.py`).
+    stored: RegionStored
     # Abandoned `.tmp` uploads in the WAL folder (a writer killed mid-put), by path.
     wal_temp_delete: tuple[str, ...] = ()
     # When GC next scans the WAL folder for them, once this plan ran; None: not scanned this time.
@@ -191,12 +194,15 @@ class RegionListing:
     manifest_versions: dict[int, float]
     generation_dirs: dict[str, list[ObjectInfo]]
     wal_temps: WalTempScan | None
+    # Each manifest version's size, from the same listing.
+    manifest_bytes: dict[int, int]
 
     @classmethod
     def read(cls, store: ObjectStore, region: str, *, scan_wal: bool) -> RegionListing:
         region_dir = f"{MEM_WAL_DIR}/{region}"
         wal_dir = f"{region_dir}/{REGION_WAL_DIR}"
         versions: dict[int, float] = {}
+        sizes: dict[int, int] = {}
         dirs: dict[str, list[ObjectInfo]] = {}
         for info in store.list_files(region_dir, recursive=True, before=f"{wal_dir}/"):
             top, _, rest = info.path[len(region_dir) + 1 :].partition("/")
@@ -204,14 +210,15 @@ class RegionListing:
                 continue
             if top == REGION_MANIFEST_DIR:
                 if rest.endswith(REGION_MANIFEST_SUFFIX) and "/" not in rest:
-                    versions[parse_bitrev64(rest[: -len(REGION_MANIFEST_SUFFIX)])] = info.mtime
+                    version = parse_bitrev64(rest[: -len(REGION_MANIFEST_SUFFIX)])
+                    versions[version], sizes[version] = info.mtime, info.size
             elif generation_from_dir_name(top) is not None:
                 dirs.setdefault(top, []).append(info)
         if store.keeps_empty_dirs:  # a GC killed after emptying a directory left it behind, empty
             for name in store.list_dirs(region_dir):
                 if generation_from_dir_name(name) is not None:
                     dirs.setdefault(name, [])
-        return cls(versions, dirs, WalTempScan.read(store, wal_dir) if scan_wal else None)
+        return cls(versions, dirs, WalTempScan.read(store, wal_dir) if scan_wal else None, sizes)
 
 
 @dataclass(frozen=True)
@@ -310,6 +317,7 @@ def plan_region(read_region: RegionRead, bounds: RegionBounds, policy: GcPolicy,
         manifest_delete=tuple(manifest_delete),
         wal_temp_delete=tuple(wal_temp),
         wal_temp_due=wal_temp_due,
+        stored=RegionStored.listed(listing.generation_dirs, listing.manifest_bytes, bounds.merged, latest),
     )
 
 

@@ -15,11 +15,12 @@ from typing import Any, ClassVar
 
 from memwal_core.arguments import checked
 from memwal_core.errors import MemwalError
-from memwal_core.model.outcomes import GC
+from memwal_core.model.outcomes import GC, Stored
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.execute import RegionGcOutcome, execute_region
 from memwal_core.services.gc.plan import GcPlan, GenerationDir, RegionGcPlan, plan_gc
 from memwal_core.services.gc.rules import GcPolicy
+from memwal_core.services.gc.stored import stored_after
 from memwal_core.services.gc.wal_temps import write_dues
 from memwal_core.services.outcome import recorded
 from memwal_core.services.result import NOT_IN_JSON, Failure, ServiceResult
@@ -51,6 +52,11 @@ class GcResult(ServiceResult):
     @property
     def done_regions(self) -> list[str]:
         return _done_regions(self.plan, self.outcomes, self.dry_run)
+
+    @property
+    def stored(self) -> dict[str, Stored] | None:
+        """What the table holds by kind once the run ended (`stored.py`); None if a region was not listed."""
+        return stored_after(self.plan, self.outcomes, self.failures)
 
     def computed_json(self) -> dict[str, Any]:
         done = set(self.done_regions)
@@ -94,7 +100,7 @@ class GcResult(ServiceResult):
 
 
 @checked
-@recorded(GC, lambda result: [p.region for p in result.plan.regions])
+@recorded(GC, lambda result: [p.region for p in result.plan.regions], lambda result: result.stored)
 def gc(
     table: MemWalTable,
     *,
