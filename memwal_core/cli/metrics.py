@@ -9,6 +9,12 @@ are `table` (the URI as given, which memwal refuses to hold credentials) and
 `region` (a UUID), so no label or value can carry a credential. A table that
 cannot be read reports `memwal_table_up 0` and none of its other figures; the
 others are still served.
+
+What keeping a table costs comes from the services' outcome records: the
+requests every recorded run made through memwal's store, by kind (the
+exporter's own added, counted in this process), and what the table holds by
+kind as GC's last run listed it. Their labels `service` and `kind` take
+fixed names.
 """
 
 from __future__ import annotations
@@ -25,14 +31,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from memwal_core.errors import BadInputError, MemwalError, first_line
-from memwal_core.model.outcomes import SERVICES
+from memwal_core.model.outcomes import GC, SERVICES
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.backoff import EVERY_READ, Backoff
 from memwal_core.services.watch import RegionWatch, TableReading, TableWatch
+from memwal_core.storage.object_store import REQUEST_KINDS, by_kind
 from memwal_core.storage.options import StorageOptions
 
 log = logging.getLogger("memwal")
@@ -106,6 +113,10 @@ class WatchedTable:
             log.info("memwal metrics: %s is readable again", self.uri)
         self.error = None
 
+    def own_requests(self) -> dict[str, int]:
+        """The exporter's requests on the table by kind, every read since it opened it (failed ones too)."""
+        return by_kind(self.watch.table.store.stats.lifetime()) if self.watch is not None else {}
+
     def _failed(self, message: str) -> None:
         if message != self.error and not self.refused:  # once per new error, not per scrape; refusals exit
             log.warning("memwal metrics: %s cannot be read: %s", self.uri, message)
@@ -165,6 +176,29 @@ class TablesCollector(Collector):
             name: GaugeMetricFamily(f"memwal_{name}", text, labels=["table", "region"])
             for name, text, _value in REGION_FIGURES
         }
+        requests = CounterMetricFamily(
+            "memwal_requests",
+            "Storage requests memwal's services made through its own store, by service and S3 request kind, "
+            'as their outcome records sum them (service="metrics": this exporter\'s, since it started). '
+            "Lance's requests (table data, indexes, its manifests) are not counted.",
+            labels=["table", "service", "kind"],
+        )
+        stored = {
+            name: GaugeMetricFamily(f"memwal_stored_{name}", text, labels=["table", "kind"])
+            for name, text in (
+                (
+                    "objects",
+                    "Objects the table holds by kind, as GC's last run listed them (wal_entries: positions).",
+                ),
+                (
+                    "bytes",
+                    "Bytes the table holds by kind, as GC's last run listed them (WAL entries: unknown).",
+                ),
+            )
+        }
+        stored_at = table_gauge(
+            "stored_as_of_timestamp_seconds", "When the GC run that found memwal_stored_* ended."
+        )
         for table in self.tables:
             labels = [table.uri]
             up.add_metric(labels, 0 if table.reading is None else 1)
@@ -185,6 +219,17 @@ class TablesCollector(Collector):
                 at.add_metric(labels, outcome.at)
                 if outcome.last_success_at is not None:
                     success_at.add_metric(labels, outcome.last_success_at)
+            counted = {service: outcome.requests for service, outcome in reading.outcomes.items()}
+            for service, counts in {**counted, "metrics": table.own_requests()}.items():
+                for kind in REQUEST_KINDS:
+                    requests.add_metric([table.uri, service, kind], counts.get(kind, 0))
+            held = reading.outcomes.get(GC)
+            if held is not None and held.stored_at is not None:
+                stored_at.add_metric(labels, held.stored_at)
+                for kind, figures in held.stored.items():
+                    stored["objects"].add_metric([table.uri, kind], figures.objects)
+                    if figures.bytes is not None:
+                        stored["bytes"].add_metric([table.uri, kind], figures.bytes)
             for region in reading.regions:
                 for name, _text, value in REGION_FIGURES:
                     figure = value(region, now)
@@ -196,6 +241,9 @@ class TablesCollector(Collector):
         for gauges in outcome_gauges.values():
             yield from gauges
         yield from regions.values()
+        yield requests
+        yield from stored.values()
+        yield stored_at
 
 
 def max_probe_interval(args: argparse.Namespace) -> float:

@@ -52,7 +52,7 @@ def test_metrics_shows_the_demo_backlog_moving_with_a_merge(tmp_path: Path) -> N
     assert len(found["memwal_pending_generations"]) == 3, "one sample per region"
     assert all(name.startswith("memwal_") for name in found)
     labels = {key for series in found.values() for labels in series for key, _value in labels}
-    assert labels == {"table", "region"}
+    assert labels == {"table", "region", "service", "kind"}
     assert total(found, "memwal_pending_rows") > 0 and total(found, "memwal_pending_bytes") > 0
     assert "memwal_last_merge_success" not in found, "no merge has run on the table yet"
 
