@@ -7,7 +7,7 @@ is due (`backlog_since` and its backoff, the sensor tick's read), a changed
 one its manifest and, with a backlog, one LIST for the age of its oldest
 pending generation. Every read costs one HEAD of the next table version (a
 merge shows at once, and a table that cannot be read says so); the region
-listing, the three outcome records (`model/outcomes.py`) and one HEAD proving
+listing, the four outcome records (`model/outcomes.py`) and one HEAD proving
 the oldest stored version is still the oldest are read when due, the
 outcomes also on every read while a new version or a backlog says a service
 may just have ended. What is not read keeps its last reading.
