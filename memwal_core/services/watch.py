@@ -150,11 +150,13 @@ class TableWatch:
 
     def _read_outcomes(self, now: float, active: bool) -> dict[str, Outcome]:
         """The services' records: read when due, or on every read while the table is `active` (a new
-        version, generations pending: a service ending is what changes a record)."""
+        version, generations pending: a merge ending is what changes its record). A record that changed
+        while the table is quiet (a scheduled GC or snapshot ended) does not bring the next reads back:
+        their outcomes are seen within the bound."""
         clock = self._clocks.get(OUTCOMES_PROBE)
         if active or self.backoff.due(clock, now):
             outcomes = {s: o for s in SERVICES if (o := read_outcome(self.table.store, s)) is not None}
-            self._clocks[OUTCOMES_PROBE] = probed(clock, now, active or outcomes != self._outcomes)
+            self._clocks[OUTCOMES_PROBE] = probed(clock, now, active)
             self._outcomes = outcomes
         return self._outcomes
 
