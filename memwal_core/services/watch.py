@@ -149,15 +149,20 @@ class TableWatch:
         )
 
     def _read_outcomes(self, now: float, active: bool) -> dict[str, Outcome]:
-        """The services' records: read when due, or on every read while the table is `active` (a new
-        version, generations pending: a merge ending is what changes its record). A record that changed
-        while the table is quiet (a scheduled GC or snapshot ended) does not bring the next reads back:
-        their outcomes are seen within the bound."""
+        """The services' records, each read when due. While the table is `active` (a new version,
+        generations pending) the merge's record is read on every read: a merge ending is what changes
+        it, and its failures alert. The others, and records a scheduled service rewrote while the table
+        is quiet, are seen within the bound."""
         clock = self._clocks.get(OUTCOMES_PROBE)
-        if active or self.backoff.due(clock, now):
-            outcomes = {s: o for s in SERVICES if (o := read_outcome(self.table.store, s)) is not None}
-            self._clocks[OUTCOMES_PROBE] = probed(clock, now, active)
-            self._outcomes = outcomes
+        due = self.backoff.due(clock, now)
+        if due or active:
+            services = SERVICES if due else (MERGE,)
+            read = {s: read_outcome(self.table.store, s) for s in services}
+            self._outcomes = {
+                s: o for s in SERVICES if (o := read[s] if s in read else self._outcomes.get(s)) is not None
+            }
+            if due:
+                self._clocks[OUTCOMES_PROBE] = probed(clock, now, False)
         return self._outcomes
 
     def _maintained_names(self, details: IndexDetails) -> list[str]:

@@ -365,3 +365,23 @@ def test_an_unchanged_tables_catchup_and_compaction_ticks_cost_one_head(
             cursor = result.cursor
         # Before: Lance's open of the latest version, a listing of `_versions/` and more, every tick.
         assert proxy.counts == {"HEAD": 1}, proxy.lines
+
+
+def test_a_busy_tables_exporter_reads_the_merges_record_on_every_read_and_the_others_at_the_bound(
+    seaweed: Any, proxy: LatencyProxy
+) -> None:
+    uri, _regions = wide_table(seaweed.storage_options())  # nothing merged: generations pending
+    backoff = Backoff(tick=15.0, bound=450.0)
+    start = time.time()
+    with MemWalTable.open(uri, StorageOptions(proxy.storage_options(seaweed.storage_options()))) as table:
+        watch = TableWatch(table, backoff)
+        now = start
+        while now < start + 600:  # ten minutes of reads: the records are due every 150 s by then
+            watch.read(now=now)
+            now += backoff.tick
+        proxy.reset()
+        for n in range(4):  # a minute of reads
+            watch.read(now=now + n * backoff.tick)
+        records = [line.split()[1].rsplit("/", 1)[1] for line in proxy.lines if "_memwal_outcomes/" in line]
+        # Before: every record (merge, gc, snapshot, catch-up) on every read while generations are pending.
+        assert records.count("merge.json") >= 4 and len(records) <= 4 + 4, records
