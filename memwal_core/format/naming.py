@@ -38,6 +38,8 @@ OUTCOME_DIR = "_memwal_outcomes"
 REGION_VERSIONS_FILE = "_memwal_hints/region_versions.json"
 # When GC next scans each region's WAL folder for abandoned uploads (services/gc/wal_temps.py).
 WAL_TEMP_SCANS_FILE = "_memwal_hints/wal_temp_scans.json"
+# The oldest manifest version each region kept after the last GC run (services/gc/versions.py).
+OLDEST_MANIFESTS_FILE = "_memwal_hints/oldest_manifest_versions.json"
 
 # A flushed generation's directory: `{8 hex chars}_gen_{g}`.
 _GENERATION_DIR = re.compile(r"^[0-9a-f]{8}_gen_(\d+)$")

@@ -85,6 +85,31 @@ def probe_run_end(
         present = missing + 1
 
 
+def run_start(stored: Callable[[int], bool], end: int, *, after: int = 0, guess: int | None = None) -> int:
+    """The first number of the unbroken run of stored numbers that ends at or after `end` (stored).
+
+    Numbers are deleted only oldest first (GC), so none below the run is stored: a bisection
+    between `after` (not stored; 0 is never) and `end` finds its start in log2(end - after)
+    calls of `stored` (a HEAD each), never a LIST. A right `guess` (the start GC recorded after
+    its last run) costs two: it, stored, and the number before it, not; a wrong one narrows the
+    bisection.
+    """
+    absent, present = after, end
+    for probe in (guess, guess - 1) if guess is not None else ():
+        if absent < probe < present:
+            if stored(probe):
+                present = probe
+            else:
+                absent = probe
+    while present - absent > 1:
+        middle = (absent + present) // 2
+        if stored(middle):
+            present = middle
+        else:
+            absent = middle
+    return present
+
+
 class RegionManifestStore:
     """The manifest versions of one region."""
 

@@ -115,9 +115,10 @@ class LocalStore(ObjectStore):
         return self._io("list", path, call)
 
     def list_files(
-        self, path: str, *, recursive: bool = False, before: str | None = None
+        self, path: str, *, recursive: bool = False, before: str | None = None, enough: str | None = None
     ) -> list[ObjectInfo]:
         base = self._path(path)
+        before = enough or before  # each object listed costs a stat here: none past `enough` is read
 
         def call() -> list[ObjectInfo]:
             found: list[ObjectInfo] = []

@@ -230,12 +230,15 @@ class ObjectStore(ABC):
 
     @abstractmethod
     def list_files(
-        self, path: str, *, recursive: bool = False, before: str | None = None
+        self, path: str, *, recursive: bool = False, before: str | None = None, enough: str | None = None
     ) -> list[ObjectInfo]:
         """Objects below `path` (immediate children unless `recursive`), sorted by path.
 
         `before`: only objects whose path sorts before it; a listing stops there, so the objects
         after it cost no requests (a region's WAL sorts after its manifests and generations).
+        `enough` (before `before`): the listing may stop once it gets there, on S3 at the end of
+        the page that does (its objects past `enough` come too: they cost nothing more), on local
+        disk right there. Only the objects before `enough` are then sure to be all listed.
         """
 
     def list_names(self, path: str) -> list[str]:

@@ -294,8 +294,10 @@ class S3Store(ObjectStore):
         return sorted(p.rsplit("/", 1)[-1] for p in found["common_prefixes"])
 
     def list_files(
-        self, path: str, *, recursive: bool = False, before: str | None = None
+        self, path: str, *, recursive: bool = False, before: str | None = None, enough: str | None = None
     ) -> list[ObjectInfo]:
+        stop = enough or before
+
         def listed() -> list[ObjectInfo]:
             if not recursive:
                 metas = obstore.list_with_delimiter(self._s3, path or None)["objects"]
@@ -303,8 +305,8 @@ class S3Store(ObjectStore):
             found: list[ObjectInfo] = []
             for chunk in obstore.list(self._s3, path or None, chunk_size=_PAGE):
                 found += (_info(meta) for meta in chunk if before is None or meta["path"] < before)
-                if before is not None and chunk and chunk[-1]["path"] >= before:
-                    break  # S3 lists in key order: the rest sorts after `before`, and is never asked for
+                if stop is not None and chunk and chunk[-1]["path"] >= stop:
+                    break  # S3 lists in key order: the rest sorts after `stop`, and is never asked for
             return found
 
         return sorted(self._call("list", path, listed), key=lambda info: info.path)

@@ -128,13 +128,13 @@ def restore_backlog(uri: str, version: int) -> None:
 
 
 def add_manifest_versions(table: MemWalTable, count: int) -> None:
-    """`count` more same-epoch manifest versions in every region, written as GC's prune writes one
-    (the versions a week of flushes and prunes leaves, without the data)."""
+    """`count` more same-epoch manifest versions in every region, in order, each put-if-not-exists
+    like GC's prune writes one (the versions a week of flushes and prunes leaves, without the data);
+    the hint is moved once, at the end."""
     for region in table.region_ids():
         manifests = table.region_store(region)
-        current = manifests.read_latest()
+        message = manifests.read_latest().to_proto()
         for _ in range(count):
-            message = current.to_proto()
-            message.version = current.version + 1
-            manifests.write_next(current, message.SerializeToString())
-            current = manifests.read(message.version)
+            message.version += 1
+            manifests.store.put_if_not_exists(manifests.path(message.version), message.SerializeToString())
+        manifests.write_hint(message.version)

@@ -8,7 +8,7 @@ A plan is frozen and picklable, read at one table version and one instant
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -22,14 +22,15 @@ from memwal_core.format.naming import (
     REGION_MANIFEST_SUFFIX,
     REGION_WAL_DIR,
     STAGING_DIR,
+    VERSION_HINT_FILE,
     generation_from_dir_name,
     parse_bitrev64,
 )
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.indexes import read_maintained
-from memwal_core.model.region_store import RegionManifestStore
 from memwal_core.model.table import MemWalTable
-from memwal_core.services.gc.retention import plan_retention
+from memwal_core.services.gc.records import record_after
+from memwal_core.services.gc.retention import anchor_version, plan_retention
 from memwal_core.services.gc.rules import (
     FLUSH_IN_PROGRESS,
     GRACE_PERIOD,
@@ -38,6 +39,7 @@ from memwal_core.services.gc.rules import (
     region_bounds,
 )
 from memwal_core.services.gc.stored import RegionStored
+from memwal_core.services.gc.versions import StoredVersions, read_oldest
 from memwal_core.services.gc.wal_temps import WalTempScan, read_dues, scan_due
 from memwal_core.services.result import Failure
 from memwal_core.storage.object_store import ObjectInfo, ObjectStore, side_call
@@ -85,12 +87,19 @@ class RegionGcPlan:
     manifest_delete: tuple[int, ...]
     # Manifest versions no other rule keeps, kept because they are younger than the fence retention.
     manifest_kept: int
-    # What the listing showed the region holds, for the figures GC records (`stored.py`).
+    # The oldest stored manifest version, as planned.
+    manifest_oldest: int
+    # What the region holds as GC found it, for the figures GC records (`stored.py`).
     stored: RegionStored
     # Abandoned `.tmp` uploads in the WAL folder (a writer killed mid-put), by path.
     wal_temp_delete: tuple[str, ...] = ()
     # When GC next scans the WAL folder for them, once this plan ran; None: not scanned this time.
     wal_temp_due: float | None = None
+
+    @property
+    def manifest_oldest_after(self) -> int:
+        """The oldest manifest version stored once this plan ran."""
+        return self.manifest_delete[-1] + 1 if self.manifest_delete else self.manifest_oldest
 
     @property
     def deleted_dirs(self) -> tuple[GenerationDir, ...]:
@@ -119,18 +128,30 @@ class GcPlan:
     stale_staging: tuple[tuple[str, int], ...] = ()
     # Per region, when GC was to scan its WAL folder for abandoned uploads, as recorded before this plan.
     wal_temp_dues: tuple[tuple[str, float], ...] = ()
+    # Per region, the oldest manifest version, as recorded before this plan.
+    oldest_versions: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def _listed(self) -> set[str]:
+        return {p.region for p in self.regions} | {f.region for f in self.failures if f.region}
 
     def wal_temp_dues_after(self, failed: set[str]) -> dict[str, float] | None:
         """The record of when GC next scans each WAL folder once this plan ran, but not in the `failed`
         regions (their abandoned uploads may remain); None if it is unchanged. Regions no longer
         listed drop out."""
-        before = dict(self.wal_temp_dues)
-        listed = {p.region for p in self.regions} | {f.region for f in self.failures if f.region}
-        dues = {region: due for region, due in before.items() if region in listed}
-        for p in self.regions:
-            if p.wal_temp_due is not None and p.region not in failed:
-                dues[p.region] = p.wal_temp_due
-        return None if dues == before else dues
+        done = {
+            p.region: p.wal_temp_due
+            for p in self.regions
+            if p.wal_temp_due is not None and p.region not in failed
+        }
+        return record_after(dict(self.wal_temp_dues), self._listed, done)
+
+    def oldest_versions_after(self, failed: set[str]) -> dict[str, int] | None:
+        """The record of each region's oldest manifest version once this plan ran, but not in the
+        `failed` regions (their deletes may have stopped anywhere: the record there is checked and
+        searched past); None if it is unchanged."""
+        done = {p.region: p.manifest_oldest_after for p in self.regions if p.region not in failed}
+        return record_after(dict(self.oldest_versions), self._listed, done)
 
 
 def retained_progress(table: MemWalTable, dataset: Any) -> tuple[list[int], list[dict[str, int]]]:
@@ -153,21 +174,8 @@ def retained_progress(table: MemWalTable, dataset: Any) -> tuple[list[int], list
     return [v for v, _ in kept], [p for _, p in kept]
 
 
-class _VersionReader:
-    """Region manifest versions read at most once per plan."""
-
-    def __init__(self, store: RegionManifestStore, latest: RegionManifest) -> None:
-        self.store = store
-        self.cache: dict[int, RegionManifest] = {latest.version: latest}
-
-    def __call__(self, version: int) -> RegionManifest:
-        if version not in self.cache:
-            self.cache[version] = self.store.read(version)
-        return self.cache[version]
-
-
 def first_unlisting_version(
-    versions: list[int], read: Callable[[int], RegionManifest], generation: int, path: str
+    versions: Sequence[int], read: Callable[[int], RegionManifest], generation: int, path: str
 ) -> int:
     """The oldest stored version that had committed `generation` and no longer lists `path`.
 
@@ -187,78 +195,94 @@ def first_unlisting_version(
 
 @dataclass(frozen=True)
 class RegionListing:
-    """A region's generation directories and manifest versions, from one recursive LIST that stops
-    where the WAL begins (its entries are deleted by position, never listed), and, when a scan is
-    due (`scan_wal`), the abandoned uploads in its WAL folder (`wal_temps.py`)."""
+    """A region's generation directories, from one recursive LIST that stops where its manifest
+    versions begin: they are found by their two ends (`versions.py`), the WAL's entries by position.
+    Generation directories (8 hex digits) sort before `manifest/`, and `wal/` after it.
 
-    manifest_versions: dict[int, float]
+    On S3 the page that reaches `manifest/` is read whole, and what it holds of the versions costs
+    nothing: a prefix of their names, which are their numbers' bits reversed, so every stored
+    version that is a multiple of `versions_every` (twice the lowest bit of the last one listed;
+    1 when the page also holds the version hint, which sorts after every version). When a WAL scan
+    is due (`scan_wal`), also the abandoned uploads in its WAL folder (`wal_temps.py`).
+    """
+
     generation_dirs: dict[str, list[ObjectInfo]]
+    # The manifest versions listed, and the step every stored version a multiple of is among them
+    # (None: none was listed).
+    manifest_versions: dict[int, ObjectInfo]
+    versions_every: int | None
     wal_temps: WalTempScan | None
-    # Each manifest version's size, from the same listing.
-    manifest_bytes: dict[int, int]
 
     @classmethod
     def read(cls, store: ObjectStore, region: str, *, scan_wal: bool) -> RegionListing:
         region_dir = f"{MEM_WAL_DIR}/{region}"
         wal_dir = f"{region_dir}/{REGION_WAL_DIR}"
-        versions: dict[int, float] = {}
-        sizes: dict[int, int] = {}
+        manifests = f"{region_dir}/{REGION_MANIFEST_DIR}/"
+        versions: dict[int, ObjectInfo] = {}
+        every: int | None = None
         dirs: dict[str, list[ObjectInfo]] = {}
-        for info in store.list_files(region_dir, recursive=True, before=f"{wal_dir}/"):
+        for info in store.list_files(region_dir, recursive=True, before=f"{wal_dir}/", enough=manifests):
             top, _, rest = info.path[len(region_dir) + 1 :].partition("/")
             if not rest or rest.endswith("/"):
                 continue
             if top == REGION_MANIFEST_DIR:
-                if rest.endswith(REGION_MANIFEST_SUFFIX) and "/" not in rest:
+                if rest == VERSION_HINT_FILE:
+                    every = 1
+                elif rest.endswith(REGION_MANIFEST_SUFFIX) and "/" not in rest:
                     version = parse_bitrev64(rest[: -len(REGION_MANIFEST_SUFFIX)])
-                    versions[version], sizes[version] = info.mtime, info.size
+                    versions[version] = info
+                    every = 2 * (version & -version)  # the listing is sorted: this one is the last yet
             elif generation_from_dir_name(top) is not None:
                 dirs.setdefault(top, []).append(info)
         if store.keeps_empty_dirs:  # a GC killed after emptying a directory left it behind, empty
             for name in store.list_dirs(region_dir):
                 if generation_from_dir_name(name) is not None:
                     dirs.setdefault(name, [])
-        return cls(versions, dirs, WalTempScan.read(store, wal_dir) if scan_wal else None, sizes)
+        return cls(dirs, versions, every, WalTempScan.read(store, wal_dir) if scan_wal else None)
 
 
 @dataclass(frozen=True)
 class RegionRead:
-    """What GC reads of one region before it decides: its listing and its latest manifest."""
+    """What GC reads of one region before it decides: its listing, its latest manifest and the
+    run of stored manifest versions."""
 
     region: str
-    manifests: RegionManifestStore
     listing: RegionListing
     latest: RegionManifest
+    versions: StoredVersions
 
     @classmethod
-    def read(cls, table: MemWalTable, region: str, *, scan_wal: bool) -> RegionRead | None:
-        """The version hint, then one LIST of the region's directory, then its latest manifest, found
-        from the newest listed version (verified by one HEAD); None if it has no manifest yet.
+    def read(
+        cls, table: MemWalTable, region: str, *, scan_wal: bool, oldest: int | None = None
+    ) -> RegionRead | None:
+        """The version hint, then one LIST of the region's generation directories, then its latest
+        manifest, found from the hint (one HEAD past it), then its oldest manifest version (listed, or
+        from `oldest`, as GC recorded it: two HEADs when right); None if it has no manifest yet.
 
-        A hint past that version means the newest manifest was deleted: GC must not write over the
-        gap. The listing comes first: every directory it shows existed before that manifest was read,
-        so the manifest says whether it is listed.
+        A hint past the latest version means the newest manifest was deleted: GC must not write over
+        the gap. The listing comes first: every directory it shows existed before that manifest was
+        read, so the manifest says whether it is listed.
         """
         manifests = table.region_store(region)
         hint = manifests.read_hint()  # before the listing: it can only name a version stored by then
         listing = RegionListing.read(table.store, region, scan_wal=scan_wal)
         # None: not claimed yet; generations without a manifest are corrupt, and fail the region.
-        latest = table.read_region(region, max(listing.manifest_versions, default=None))
+        latest = table.read_region(region, hint)
         if latest is None:
             return None
         manifests.check_hint(hint, latest.version)  # the newest manifest deleted: never write over the gap
-        return cls(region, manifests, listing, latest)
+        listed = (listing.manifest_versions, listing.versions_every)
+        return cls(region, listing, latest, StoredVersions(manifests, latest, oldest, *listed))
 
 
 def plan_region(read_region: RegionRead, bounds: RegionBounds, policy: GcPolicy, now: float) -> RegionGcPlan:
     """The plan of one region, from what was read of it (`RegionRead.read`) and its bounds."""
-    region, manifests, listing, latest = (
+    region, listing, latest, manifests = (
         read_region.region,
-        read_region.manifests,
         read_region.listing,
         read_region.latest,
+        read_region.versions,
     )
-    stored = listing.manifest_versions
     grace = policy.grace_seconds
     listed = {g.path for g in latest.generations}
     prune: list[GenerationDir] = []
@@ -272,8 +296,7 @@ def plan_region(read_region: RegionRead, bounds: RegionBounds, policy: GcPolicy,
         if reason is not None:
             kept.append(KeptGeneration(region, g.generation, g.path, reason))
 
-    versions = sorted({*(v for v in stored if v <= latest.version), latest.version})
-    read = _VersionReader(manifests, latest)
+    versions, read = manifests.versions, manifests.read
     delete_dirs: list[GenerationDir] = []
     pinned: list[int] = []  # manifest versions that time a grace period still running
     for name, files in sorted(listing.generation_dirs.items()):
@@ -285,8 +308,9 @@ def plan_region(read_region: RegionRead, bounds: RegionBounds, policy: GcPolicy,
             continue
         dropped_in = first_unlisting_version(versions, read, generation, name)
         before = dropped_in - 1
-        orphan = before not in stored or name not in {g.path for g in read(before).generations}
-        since = max([stored.get(dropped_in, now), *(f.mtime for f in files)])
+        orphan = before not in versions or name not in {g.path for g in read(before).generations}
+        created = manifests.created(dropped_in)
+        since = max([now if created is None else created, *(f.mtime for f in files)])
         if now - since >= grace:
             delete_dirs.append(GenerationDir(region, generation, name, orphan=orphan))
         else:
@@ -296,13 +320,16 @@ def plan_region(read_region: RegionRead, bounds: RegionBounds, policy: GcPolicy,
     wal_temp, wal_temp_due = (
         listing.wal_temps.decide(now, policy.abandoned_after_seconds) if listing.wal_temps else ([], None)
     )
-    retention = plan_retention(stored, read, latest, policy, now)
+    anchor = anchor_version(
+        versions, manifests.created, now, policy.fence_retention_seconds, manifests.listed
+    )
+    retention = plan_retention(versions, anchor, read, latest)
 
     # Old manifest versions go oldest first, and only a prefix below the retention's anchor, so the
     # stored versions stay contiguous and no stale writer finds the version after its own free.
     others = min([latest.version - policy.keep_manifest_versions + 1, *pinned])
     cutoff = min(others, retention.anchor or 0)
-    manifest_delete = [v for v in versions if v < cutoff]
+    manifest_delete = tuple(range(versions.start, cutoff))
 
     return RegionGcPlan(
         region=region,
@@ -313,11 +340,12 @@ def plan_region(read_region: RegionRead, bounds: RegionBounds, policy: GcPolicy,
         kept=tuple(sorted(kept, key=lambda k: (k.generation, k.path))),
         wal_delete=retention.wal_delete,
         wal_kept=retention.wal_kept,
-        manifest_kept=sum(1 for v in versions if cutoff <= v < others),
-        manifest_delete=tuple(manifest_delete),
+        manifest_kept=len(range(max(cutoff, versions.start), others)),
+        manifest_delete=manifest_delete,
+        manifest_oldest=versions.start,
         wal_temp_delete=tuple(wal_temp),
         wal_temp_due=wal_temp_due,
-        stored=RegionStored.listed(listing.generation_dirs, listing.manifest_bytes, bounds.merged, latest),
+        stored=RegionStored.found(listing.generation_dirs, manifests, bounds.merged, latest),
     )
 
 
@@ -373,13 +401,18 @@ def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -
     def read_one(region: str) -> RegionRead | Failure | None:
         scan = scans_wal and scan_due(dues.get(region), now, policy.abandoned_after_seconds)
         try:
-            return RegionRead.read(table, region, scan_wal=scan)
+            return RegionRead.read(table, region, scan_wal=scan, oldest=oldest.get(region))
         except MemwalError as exc:
             return Failure.of(exc, region)
 
-    with side_call(partial(_TableState.read, table)) as reading:
+    with (
+        side_call(partial(_TableState.read, table)) as reading,
+        side_call(partial(read_oldest, table.store)) as recorded,
+    ):
+        regions = table.region_ids()  # while the record of the oldest versions is read
+        oldest = recorded.result()
         # One region per thread of the store's pool (`max_concurrent_requests`); its requests run in turn.
-        reads = table.store.map(read_one, table.region_ids())
+        reads = table.store.map(read_one, regions)
     state = reading.result()
 
     def plan_one(read: RegionRead) -> RegionGcPlan | Failure:
@@ -402,4 +435,5 @@ def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -
         failures=tuple(sorted(failures, key=lambda f: f.region or "")),
         stale_staging=stale_staging(table, policy, now),
         wal_temp_dues=tuple(sorted(dues.items())),
+        oldest_versions=tuple(sorted(oldest.items())),
     )

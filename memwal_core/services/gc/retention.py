@@ -18,16 +18,16 @@ written before it, and every version before it was superseded before it:
 those may go. Whatever stalled before they were written has been stalled for
 longer than the retention (docs/internals.md, "What stops a stalled writer").
 Deletions are prefixes, so each run deletes from the oldest stored version's
-replay position up to the anchor's, by name: the WAL is never listed.
+replay position up to the anchor's, by name: the WAL is never listed, nor are
+the manifest versions (the anchor is found by bisection, `anchor_version`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from memwal_core.format.regions import RegionManifest
-from memwal_core.services.gc.rules import GcPolicy
 
 
 @dataclass(frozen=True)
@@ -40,24 +40,61 @@ class Retention:
     wal_kept: int
 
 
-def plan_retention(
-    stored: dict[int, float],
-    read: Callable[[int], RegionManifest],
-    latest: RegionManifest,
-    policy: GcPolicy,
+def anchor_version(
+    versions: range,
+    created: Callable[[int], float | None],
     now: float,
+    retention: float,
+    known: Sequence[int] = (),
+) -> int | None:
+    """The newest of the stored `versions` written more than `retention` before `now` (None: none
+    is), by bisection over their creation times: log2(n) HEADs, not a listing of n versions.
+    `known`: versions, ascending, whose times cost nothing (a listing read them): the bisection
+    starts between the newest of them old enough and the next one.
+
+    A version is written only once the one before it exists, by the same store's clock (S3 sets
+    an object's time itself; on local disk the kernel does), so times do not decrease with the
+    version and the bisection finds the version a full listing would. Were they ever out of order
+    (a table copied without its files' times), the version it returns still passed the test
+    itself (each step keeps only such a version), so the anchor could only be older: GC keeps
+    more, never frees a slot younger than the retention. A version gone meanwhile (another GC)
+    is never the anchor.
+    """
+
+    def old(version: int) -> bool:
+        time = created(version)
+        return time is not None and now - time > retention
+
+    low, high = versions.start, versions.stop - 1
+    for version in known:
+        if low < version <= high:
+            if not old(version):
+                high = version - 1
+                break
+            low = version
+    if not old(low):
+        return None
+    while low < high:
+        middle = (low + high + 1) // 2
+        if old(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def plan_retention(
+    versions: range, anchor: int | None, read: Callable[[int], RegionManifest], latest: RegionManifest
 ) -> Retention:
-    """The anchor among the `stored` versions (version -> creation time), and what it frees.
+    """What the `anchor` (`anchor_version`) frees of the WAL, the stored `versions` being [oldest, latest].
 
     `read` reads a stored version: the anchor's replay position bounds what
     may go, the oldest stored version's is where the previous run stopped.
     """
     covered = latest.replay_after_wal_entry_position
-    retention = policy.fence_retention_seconds
-    old = [v for v, created in stored.items() if v <= latest.version and now - created > retention]
-    if not old:
+    if anchor is None:
         return Retention(None, range(0), covered)
-    anchor, oldest = max(old), min(stored)
+    oldest = versions.start
     end = read(anchor).replay_after_wal_entry_position + 1
     start = read(oldest).replay_after_wal_entry_position + 1 if oldest != anchor else end
     return Retention(anchor, range(start, max(start, end)), covered - (end - 1))

@@ -21,6 +21,7 @@ from memwal_core.services.gc.execute import RegionGcOutcome, execute_region
 from memwal_core.services.gc.plan import GcPlan, GenerationDir, RegionGcPlan, plan_gc
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.gc.stored import stored_after
+from memwal_core.services.gc.versions import write_oldest
 from memwal_core.services.gc.wal_temps import write_dues
 from memwal_core.services.outcome import recorded
 from memwal_core.services.result import NOT_IN_JSON, Failure, ServiceResult
@@ -164,9 +165,13 @@ def execute_gc(
         if plan.stale_staging:
             table.store.delete_many([path for path, _size in plan.stale_staging])
             log.info("%d abandoned staging file(s) deleted", len(plan.stale_staging))
-        dues = plan.wal_temp_dues_after({f.region for f in failures if f.region})
+        failed = {f.region for f in failures if f.region}
+        dues = plan.wal_temp_dues_after(failed)
         if dues is not None:
             write_dues(table.store, dues)
+        oldest = plan.oldest_versions_after(failed)
+        if oldest is not None:
+            write_oldest(table.store, oldest)
     ran = set(_done_regions(plan, outcomes, dry_run))
     finished = time.perf_counter()
     return GcResult(

@@ -1,11 +1,15 @@
 """What a table holds by kind, as GC's run found it: the figures GC's outcome record carries.
 
-GC lists every region's generation directories and manifest versions, with
-their sizes, in the one LIST per region it makes anyway (it stops where the
-WAL begins). The figures are that listing less what the run deleted, plus
-the manifest version it wrote: no request is added. Generation directories
-count as pending above the region's merge progress (at the table version GC
-read), as merged at or below it. WAL entries are counted, not listed: the
+GC lists every region's generation directories, with their sizes, in the one
+LIST per region it makes anyway (it stops where the manifest versions begin).
+The figures are that listing less what the run deleted, plus the manifest
+version it wrote: no request is added. Generation directories count as
+pending above the region's merge progress (at the table version GC read), as
+merged at or below it. Manifest versions are counted, not listed: the run
+from the oldest to the latest (`versions.py`); their bytes are that count
+times the average size of those GC saw anyway (the latest, the ones its
+searches looked at, on S3 those its listing's page holds: all of them in a
+region of fewer than about 1,000). WAL entries are counted, not listed: the
 positions from the oldest GC keeps to the last the region manifest records
 (`wal_entry_position_last_seen`, which Lance updates at every flush and
 claim, so entries written since are not counted); their bytes are unknown.
@@ -27,6 +31,7 @@ from memwal_core.storage.object_store import ObjectInfo
 if TYPE_CHECKING:
     from memwal_core.services.gc.execute import RegionGcOutcome
     from memwal_core.services.gc.plan import GcPlan
+    from memwal_core.services.gc.versions import StoredVersions
 
 PENDING = "pending_generations"
 MERGED = "merged_generations"
@@ -37,20 +42,21 @@ KINDS = (PENDING, MERGED, MANIFESTS, WAL)
 
 @dataclass(frozen=True)
 class RegionStored:
-    """What GC's listing showed of one region: its merge progress, each generation directory
-    (name, generation, objects, bytes), each manifest version (version, bytes), and the WAL
-    entries past its last flush."""
+    """What GC found of one region: its merge progress, each generation directory (name,
+    generation, objects, bytes), its stored manifest versions and their average size, and the
+    WAL entries past its last flush."""
 
     merged: int
     generation_dirs: tuple[tuple[str, int, int, int], ...]
-    manifest_versions: tuple[tuple[int, int], ...]
+    manifest_versions: range
+    manifest_bytes_each: float
     wal_to_replay: int
 
     @classmethod
-    def listed(
+    def found(
         cls,
         dirs: Mapping[str, Iterable[ObjectInfo]],
-        manifest_bytes: Mapping[int, int],
+        versions: StoredVersions,
         merged: int,
         latest: RegionManifest,
     ) -> RegionStored:
@@ -60,7 +66,9 @@ class RegionStored:
             if generation is not None:
                 sizes = [f.size for f in files]
                 found.append((name, generation, len(sizes), sum(sizes)))
-        return cls(merged, tuple(found), tuple(sorted(manifest_bytes.items())), latest.wal_entries_to_replay)
+        seen = versions.sizes_seen()
+        each = sum(seen) / len(seen)
+        return cls(merged, tuple(found), versions.versions, each, latest.wal_entries_to_replay)
 
 
 def stored_after(
@@ -82,12 +90,10 @@ def stored_after(
                 kind = PENDING if generation > listed.merged else MERGED
                 objects[kind] += count
                 sizes[kind] += size
-        deleted = set(p.manifest_delete) if ran else set()
-        versions = {v: size for v, size in listed.manifest_versions if v not in deleted}
+        oldest = p.manifest_oldest_after if ran else listed.manifest_versions.start
+        kept = len(range(oldest, listed.manifest_versions.stop))
         version, size = written.get(p.region, (None, 0))
-        if version is not None:
-            versions[version] = size
-        objects[MANIFESTS] += len(versions)
-        sizes[MANIFESTS] += sum(versions.values())
+        objects[MANIFESTS] += kept + (version is not None)
+        sizes[MANIFESTS] += round(kept * listed.manifest_bytes_each) + size
         objects[WAL] += listed.wal_to_replay + p.wal_kept + (0 if ran else len(p.wal_delete))
     return {kind: Stored(objects[kind], None if kind == WAL else sizes[kind]) for kind in KINDS}

@@ -15,17 +15,13 @@ next run scan again.
 
 from __future__ import annotations
 
-import json
-import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from memwal_core.errors import MemwalError
 from memwal_core.format.naming import WAL_TEMP_SCANS_FILE
+from memwal_core.services.gc.records import read_record, write_record
 from memwal_core.storage.object_store import ObjectInfo, ObjectStore
-
-log = logging.getLogger(__name__)
 
 # A file's time comes from the kernel's clock, which may lag this process's by a tick: a scan's
 # time is taken this much earlier, so a temp file made just after it is never due before it.
@@ -63,24 +59,9 @@ def scan_due(due: float | None, now: float, abandoned_after: float) -> bool:
 
 def read_dues(store: ObjectStore) -> dict[str, float]:
     """Per region, when GC next scans its WAL folder; none recorded (absent or garbled): every region now."""
-    try:
-        record = json.loads(store.read(WAL_TEMP_SCANS_FILE))
-    except (MemwalError, ValueError):
-        return {}
-    regions = record.get("regions") if isinstance(record, dict) else None
-    if not isinstance(regions, dict):
-        return {}
-    return {
-        region: float(due)
-        for region, due in regions.items()
-        if isinstance(region, str) and isinstance(due, int | float) and not isinstance(due, bool)
-    }
+    return {region: float(due) for region, due in read_record(store, WAL_TEMP_SCANS_FILE).items()}
 
 
 def write_dues(store: ObjectStore, dues: Mapping[str, float]) -> None:
-    """Record when GC next scans each region's WAL folder; a failure is logged and dropped (it scans again)."""
-    record = {"regions": dict(sorted(dues.items()))}
-    try:
-        store.write(WAL_TEMP_SCANS_FILE, json.dumps(record, separators=(",", ":")).encode())
-    except MemwalError as exc:
-        log.warning("when GC next scans for abandoned WAL uploads was not recorded: %s", exc)
+    """Record when GC next scans each region's WAL folder (a failure only makes the next run scan again)."""
+    write_record(store, WAL_TEMP_SCANS_FILE, dues, "when GC next scans for abandoned WAL uploads")

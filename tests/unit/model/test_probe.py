@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from memwal_core.errors import CorruptMetadataError
-from memwal_core.model.region_store import probe_run_end
+from memwal_core.model.region_store import probe_run_end, run_start
 from memwal_core.storage.object_store import ObjectStore
 from memwal_core.storage.stores import open_store
 
@@ -86,3 +86,31 @@ def test_a_number_written_between_looks_is_not_a_gap(tmp_path: Path) -> None:
 
     store.exists = writer_lands_after_first_look  # type: ignore[method-assign]
     assert probe(store, 1) == 4
+
+
+def start_of(store: ObjectStore, end: int, guess: int | None) -> int:
+    return run_start(lambda n: store.exists(path_of(n)), end, guess=guess)
+
+
+@pytest.mark.parametrize(("first", "end"), [(1, 1), (1, 2), (1, 1000), (37, 38), (500, 1000), (999, 1000)])
+def test_where_a_run_starts_costs_log_n_heads_and_a_right_guess_two(
+    tmp_path: Path, first: int, end: int
+) -> None:
+    """Numbers below `first` deleted (as GC deletes a prefix): no LIST, a bisection of HEADs."""
+    store = store_with(tmp_path, range(first, end + 1))
+    assert start_of(store, end, None) == first
+    assert store.stats.total() <= math.log2(end) + 1
+    for wrong in (1, first - 1, first + 1, end, 10 * end):
+        store.stats.reset()
+        assert start_of(store, end, wrong) == first
+        assert store.stats.total() <= math.log2(end) + 3, f"guess {wrong}: {store.stats.total()} HEADs"
+    store.stats.reset()
+    assert start_of(store, end, first) == first
+    assert store.stats.total() <= 2
+
+
+def test_a_number_known_not_stored_bounds_where_the_run_starts(tmp_path: Path) -> None:
+    """A listing's sample: 496 is a multiple of 16 not listed, 512 the first listed: four HEADs."""
+    store = store_with(tmp_path, range(500, 1001))
+    assert run_start(lambda n: store.exists(path_of(n)), 512, after=496) == 500
+    assert store.stats.total() <= 4
