@@ -166,6 +166,17 @@ class SeenBacklog:
         return {r: v for r, (v, _b) in self.watched.seen.items()}
 
 
+def _moved(table: MemWalTable, seen: Mapping[str, tuple[int, RegionBacklog]], regions: list[str]) -> set[str]:
+    """The regions, of `regions`, with a manifest version newer than the one seen (one HEAD each, at once)."""
+    found = table.store.exists_many([table.region_store(r).next_path(seen[r][0]) for r in regions])
+    return {r for r, moved in zip(regions, found, strict=True) if moved}
+
+
+def _quiet(clocks: Mapping[str, Clock], seen: Mapping[str, object], now: float, backoff: Backoff) -> bool:
+    """Whether no region of the table was seen to change within the last `bound` seconds."""
+    return all(now - c.changed_at >= backoff.bound for r, c in clocks.items() if r in seen)
+
+
 def backlog_since(
     table: MemWalTable,
     before: Watched,
@@ -203,9 +214,14 @@ def backlog_since(
     # A region seen before whose merge progress is unchanged costs one HEAD (of its next manifest
     # version) when its probe is due, probed for all such regions at once; only the others are read.
     same = [r for r in ids if r in seen and seen[r][1].merged_generation == details.merged_generation(r)]
-    due = [r for r in same if backoff.due(clocks.get(r), now)]
-    moved = table.store.exists_many([table.region_store(r).next_path(seen[r][0]) for r in due])
-    newer = {r for r, m in zip(due, moved, strict=True) if m}
+    due = [r for r in same if backoff.due(clocks.get(r), now, r)]
+    newer = _moved(table, seen, due)
+    if newer and _quiet(clocks, seen, now, backoff):
+        # A quiet table woke: flushes come in bursts, so every other region is probed now too.
+        probing = set(due)
+        rest = [r for r in same if r not in probing]
+        newer |= _moved(table, seen, rest)
+        due += rest
     kept = {r: seen[r] for r in same if r not in newer}
     changed = [r for r in ids if r not in kept]
     found = table.store.map(

@@ -10,11 +10,17 @@ less often the longer it stays the same, never less often than `bound`. A
 probe is due at the last tick that keeps the gap within that interval (a
 tick early rather than late), so with ticks on time a change after a long
 quiet is seen within `bound`: the sensor's bound is an eighth of the table's
-lag threshold, so a new flush is merged well within it.
+lag threshold, so a new flush is merged well within it. At the bound, each
+thing is probed at its own phase of the bound-long window, so the probes of a
+table's quiet regions are spread over the ticks instead of falling on the same
+one: the first flush of a burst is met within a tick or two, and the poller
+then probes the whole table (`backlog_since`).
 """
 
 from __future__ import annotations
 
+import math
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -53,12 +59,30 @@ class Backoff:
     tick: float
     bound: float
 
-    def due(self, clock: Clock | None, now: float) -> bool:
-        """Whether a probe is due at `now` (always for something never probed, or a clock ahead of `now`)."""
+    def due(self, clock: Clock | None, now: float, key: str = "") -> bool:
+        """Whether a probe of `key` is due at `now` (always for something never probed, or a clock ahead
+        of `now`).
+
+        Once the interval reaches the bound, `key` is probed once per window (a tick shorter than the
+        bound), at the tick just before its own phase in it (from a hash of `key`): a table's regions are then probed a few
+        at a time every tick rather than all together every bound, so a burst of flushes meets a probe
+        within a tick or two (and the poller then probes the rest of the table at once).
+        """
         if clock is None:
             return True
         gap = now - clock.probed_at
-        return gap < 0 or gap >= probe_interval(now - clock.changed_at, self.tick, self.bound) - self.tick
+        interval = probe_interval(now - clock.changed_at, self.tick, self.bound)
+        if gap < 0 or interval < self.bound or not key or self.bound <= self.tick:
+            return gap < 0 or gap >= interval - self.tick
+        # Windows one tick shorter than the bound: ticks fall anywhere within a tick of a phase, so
+        # probes at the phases of windows this long are never more than the bound apart.
+        period = self.bound - self.tick
+        phase = zlib.crc32(key.encode()) / 2**32 * period
+
+        def window(at: float) -> float:
+            return math.floor((at + self.tick - phase) / period)
+
+        return window(now) > window(clock.probed_at)
 
 
 # A poller that probes everything on every read (a bound of 0).

@@ -13,13 +13,13 @@ SENSOR = Backoff(tick=5.0, bound=900 / 8)
 HOUR = 3600.0
 
 
-def poll(backoff: Backoff, span: float, changes: list[float]) -> list[tuple[float, bool]]:
-    """A poller ticking from 0 to `span` over something that changes at `changes`: each probe and what it found."""
+def poll(backoff: Backoff, span: float, changes: list[float], key: str = "") -> list[tuple[float, bool]]:
+    """A poller ticking from 0 to `span` over `key`, which changes at `changes`: each probe and what it found."""
     clock: Clock | None = None
     probes: list[tuple[float, bool]] = []
     for step in range(int(span / backoff.tick) + 1):
         now = step * backoff.tick
-        if backoff.due(clock, now):
+        if backoff.due(clock, now, key):
             last = clock.probed_at if clock is not None else -1.0
             changed = any(last < at <= now for at in changes)
             clock = probed(clock, now, changed)
@@ -34,18 +34,21 @@ def test_the_interval_grows_with_idle_time_from_one_tick_to_the_bound() -> None:
     assert probe_interval(HOUR, 5, 2) == 2, "a bound under a tick: every tick"
 
 
-def test_a_quiet_thing_is_probed_about_once_per_bound() -> None:
-    probes = poll(SENSOR, HOUR, changes=[0.0])
-    # The first minute at nearly every tick, then backing off to once per bound (every 110 s at 5 s ticks).
+@pytest.mark.parametrize("key", ["", "a", "3f0c1a52-6a1d-4c85-9a39-0b1e5f1f5d2e"])
+def test_a_quiet_thing_is_probed_about_once_per_bound(key: str) -> None:
+    probes = poll(SENSOR, HOUR, changes=[0.0], key=key)
+    # The first minute at nearly every tick, then backing off to once per bound (every 110 s at 5 s
+    # ticks; at its phase, once per 107.5 s window, so never more than the bound apart).
     late = [at for at, _changed in probes if at >= 30 * 60]
-    assert 60 * len(late) / (HOUR - 30 * 60) <= 0.55
+    assert 60 * len(late) / (HOUR - 30 * 60) <= 0.57
     assert len(probes) <= 60, len(probes)
     assert max(b - a for (a, _), (b, _) in pairwise(probes)) <= SENSOR.bound
 
 
+@pytest.mark.parametrize("key", ["", "region-7"])
 @pytest.mark.parametrize("at", [601.0, 2000.0, 3333.3, 3599.0])
-def test_a_change_after_a_long_quiet_is_seen_within_the_bound(at: float) -> None:
-    probes = poll(SENSOR, HOUR + 200, changes=[0.0, at])
+def test_a_change_after_a_long_quiet_is_seen_within_the_bound(at: float, key: str) -> None:
+    probes = poll(SENSOR, HOUR + 200, changes=[0.0, at], key=key)
     seen = [when for when, changed in probes if changed and when > 0]
     assert seen and seen[0] - at <= SENSOR.bound
     # ... and then it is probed every tick again.
@@ -66,3 +69,26 @@ def test_every_read_probes_every_time_and_a_first_probe_counts_as_a_change() -> 
     assert probed(Clock(1.0, 5.0), 9.0, changed=False) == Clock(1.0, 9.0)
     assert probed(Clock(1.0, 5.0), 9.0, changed=True) == Clock(9.0, 9.0)
     assert Clock.from_list(Clock(1.5, 2.5).to_list()) == Clock(1.5, 2.5)
+
+
+def test_quiet_things_are_probed_at_their_own_phases_spread_over_the_ticks() -> None:
+    """200 regions that last changed together: at the bound each is probed once per window, and the
+    probes fall on most ticks rather than all on one, so a burst is met within a tick or two."""
+    keys = [f"region-{n}" for n in range(200)]
+    clocks = {k: Clock(0.0, 0.0) for k in keys}
+    per_tick: list[int] = []
+    last: dict[str, float] = {}
+    for step in range(1, int(HOUR / SENSOR.tick) + 1):
+        now = step * SENSOR.tick
+        due = [k for k in keys if SENSOR.due(clocks[k], now, k)]
+        for k in due:
+            if now >= 1800:
+                assert now - clocks[k].probed_at <= SENSOR.bound, "never later than the bound"
+            clocks[k] = probed(clocks[k], now, changed=False)
+            last[k] = now
+        if now >= 1800:
+            per_tick.append(len(due))
+    windows = (HOUR - 1800) / SENSOR.bound
+    assert sum(per_tick) <= len(keys) * (windows + 1), "once per window"
+    # Lock-step probing would put all 200 on one tick in 22 and none on the others.
+    assert max(per_tick) <= 30 and sum(1 for n in per_tick if n) >= 0.9 * len(per_tick), per_tick
