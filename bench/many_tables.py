@@ -33,9 +33,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -232,19 +232,14 @@ def burst(
     regions: int,
     wait: Callable[[list[str]], None],
     options: Mapping[str, str] | None = None,
+    writers: int | None = None,
 ) -> dict[str, list[float]]:
-    """Flush one generation into every region of `tables` at once; each table's lags once merged."""
-    flushes: dict[str, float] = {}
-    threads = [
-        threading.Thread(
-            target=lambda t=t: flushes.__setitem__(str(t), write_round(str(t), regions, "burst", options))
-        )
-        for t in tables
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    """Flush one generation into every region of `tables` at once (at most `writers` tables written at
+    a time: each writer opens one of Lance's native writers per region); each table's lags once merged,
+    from its own flush."""
+    with ThreadPoolExecutor(writers or len(tables)) as pool:
+        ends = pool.map(lambda t: write_round(str(t), regions, "burst", options), tables)
+        flushes = dict(zip(map(str, tables), ends, strict=True))
     targets = {str(t): flushed(str(t), options) for t in tables}
     wait([str(t) for t in tables])
     lags: dict[str, list[float]] = {}
