@@ -65,13 +65,13 @@ os.environ.setdefault("LANCE_LOG", "error")
 
 from bench.many_tables import SCHEMA, build_table, burst, load, p95, tree_cpu, wait_merged  # noqa: E402
 from bench.width_s3 import upload  # noqa: E402
+from memwal_core.storage.object_store import REQUEST_KINDS  # noqa: E402
 from tests.support.cli import option_flags  # noqa: E402
 from tests.support.proxy import LatencyProxy  # noqa: E402
 
 # S3 Standard list prices (us-east-1): USD per 1,000 requests, and per GB-month stored.
 PRICES = {"HEAD": 0.0004, "GET": 0.0004, "PUT": 0.005, "LIST": 0.005, "DELETE": 0.0, "GB_MONTH": 0.023}
 HOURS_PER_MONTH = 730
-KINDS = ("HEAD", "GET", "PUT", "LIST", "DELETE")
 # A scheduled job -> the table key of its cron, the compressed cron, and its factor: runs per hour at the
 # default cron / at the compressed one.
 SCHEDULES = {
@@ -104,7 +104,7 @@ def request_kind(line: str) -> str:
         return "LIST"
     if method == "POST":
         return "DELETE" if "?delete" in target else "PUT"
-    return method if method in KINDS else "GET"
+    return method if method in REQUEST_KINDS else "GET"
 
 
 def request_table(line: str) -> str | None:
@@ -502,13 +502,13 @@ def report(
         print(f"\n{table} ({'steady writer' if writing else 'idle'})")
         print(
             f"  {'who':<12}"
-            + "".join(f"{k:>9}" for k in KINDS)
+            + "".join(f"{k:>9}" for k in REQUEST_KINDS)
             + f"{'total':>10}{'/region/min':>13}{'USD/month':>11}"
         )
         memwal = Counter[str]()
         for service in SERVICES:
             counts = Counter[str]()
-            for kind in KINDS:
+            for kind in REQUEST_KINDS:
                 counts[kind] = round(bill[(table, service, kind)] / factor.get(service, 1.0) / hours)
             if not sum(counts.values()):
                 continue
@@ -517,10 +517,10 @@ def report(
             per_region = sum(counts.values()) / args.regions / 60
             print(
                 f"  {service:<12}"
-                + "".join(f"{counts[k]:>9}" for k in KINDS)
+                + "".join(f"{counts[k]:>9}" for k in REQUEST_KINDS)
                 + f"{sum(counts.values()):>10}{per_region:>13.2f}{money(counts, 1.0):>11.2f}"
             )
-        writers = sum(round(bill[(table, "writer", k)] / hours) for k in KINDS)
+        writers = sum(round(bill[(table, "writer", k)] / hours) for k in REQUEST_KINDS)
         total = sum(memwal.values())
         share = f", {total / writers * 100:.1f}% of the writers' own" if writers else ""
         print(
