@@ -357,12 +357,15 @@ import sys
 from memwal_core.model.table import MemWalTable
 from memwal_core.spark_session import DAEMON_MODULE
 from memwal_core.services.ingest.sources import resolve_sources
+import pyarrow
 from tests.support.peak_rss import high_water_kib
 with MemWalTable.open(sys.argv[1]) as table:
     sources = resolve_sources([sys.argv[2]], None, table.storage_options)
     rows = sum(part.num_rows for path in sources.files for part in sources.read(path, table.schema))
-print(rows, high_water_kib() // 1024)
+print(rows, pyarrow.default_memory_pool().max_memory() >> 20, high_water_kib() >> 10)
 """
+# The whole reading process, Lance's runtime included, stays under this; CI has seen 365 MiB.
+READ_BUDGET_MIB = 512
 
 
 def _json_lines(rows: pa.Table, path: Path) -> None:
@@ -396,7 +399,11 @@ def test_reading_a_source_holds_memory_flat_as_the_file_grows(tmp_path: Path, fm
 
     pyarrow's `iter_batches` grew with a Parquet file; Arrow's CSV reader reads
     up to 32 blocks ahead, which at 8 MiB blocks grew to 256 MiB on a large file;
-    JSON was read whole.
+    JSON was read whole. What is compared is the peak of Arrow's own allocations
+    (every buffer a reader holds): the process's resident peak also holds what
+    the allocator keeps of freed pages, which grew 20-45 MiB from 1M to 4M JSON
+    rows and then stopped (4M and 8M alike), while Arrow's peak stayed at 37-41
+    MiB; that margin failed CI on noise. The resident peak is held to a budget.
     """
     uri = make_table(tmp_path / "t")
     peaks = []
@@ -412,7 +419,8 @@ def test_reading_a_source_holds_memory_flat_as_the_file_grows(tmp_path: Path, fm
             text=True,
             check=True,
         )
-        read, peak = map(int, done.stdout.split())
+        read, arrow_peak, resident_peak = map(int, done.stdout.split())
         assert read == rows
-        peaks.append(peak)
-    assert peaks[1] - peaks[0] < 40, f"peak MiB {peaks[0]} and {peaks[1]} at {SOURCE_SIZES[fmt]} rows"
+        assert resident_peak < READ_BUDGET_MIB, f"{rows} rows: resident peak {resident_peak} MiB"
+        peaks.append(arrow_peak)
+    assert peaks[1] - peaks[0] < 16, f"Arrow's peak MiB {peaks[0]} and {peaks[1]} at {SOURCE_SIZES[fmt]} rows"
