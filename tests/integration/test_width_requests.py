@@ -23,7 +23,7 @@ from dagster import AssetObservation, DagsterInstance, SensorResult, build_senso
 from memwal_core.format.naming import MEM_WAL_DIR, REGION_MANIFEST_DIR, VERSION_HINT_FILE
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.backlog import Watched, backlog_since
-from memwal_core.services.backoff import Backoff
+from memwal_core.services.backoff import Backoff, Clock
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.gc.service import gc
 from memwal_core.services.merge.service import merge
@@ -346,7 +346,7 @@ def test_an_idle_table_costs_the_exporter_a_request_per_region_every_seven_minut
 
 
 @pytest.mark.parametrize("name", [CATCHUP_SENSOR, COMPACTION_SENSOR])
-def test_an_unchanged_tables_catchup_and_compaction_ticks_cost_one_head(
+def test_an_unchanged_tables_catchup_and_compaction_ticks_cost_one_head_then_back_off(
     seaweed: Any, proxy: LatencyProxy, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     uri, _regions, direct = idle_table(seaweed)
@@ -367,6 +367,31 @@ def test_an_unchanged_tables_catchup_and_compaction_ticks_cost_one_head(
             cursor = result.cursor
         # Before: Lance's open of the latest version, a listing of `_versions/` and more, every tick.
         assert proxy.counts == {"HEAD": 1}, proxy.lines
+
+        def quiet_tick(probed_ago: float) -> dict[str, int]:
+            """A tick over a table unchanged for an hour, last probed `probed_ago` seconds ago."""
+            seen = json.loads(json.loads(cursor or "{}")["wide"])
+            now = time.time()
+            seen["clock"] = [now - 3600, now - probed_ago]
+            proxy.reset()
+            quiet = json.dumps({"wide": json.dumps(seen)})
+            with build_sensor_context(
+                instance=instance, cursor=quiet, resources=definitions.resources
+            ) as context:
+                sensor(context)
+            return dict(proxy.counts)
+
+        # Quiet for an hour: probed once per window of the flushed-generations sensor's bound (an eighth
+        # of 900 s), at the table's own phase in it, not every tick. A probe made in the same window as
+        # this tick (with 10 s to spare) is not repeated; one made a bound ago is.
+        interval = 30 if name == CATCHUP_SENSOR else 60
+        backoff = Backoff(tick=interval, bound=900 / 8)
+        now = time.time()
+        same_window = next(
+            ago for ago in range(1, 60) if not backoff.due(Clock(now - 3600, now - ago), now + 10, "wide")
+        )
+        assert quiet_tick(probed_ago=same_window) == {}
+        assert quiet_tick(probed_ago=200) == {"HEAD": 1}
 
 
 def test_a_busy_tables_exporter_reads_the_merges_record_on_every_read_and_the_others_at_the_bound(
