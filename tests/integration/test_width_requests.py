@@ -320,8 +320,9 @@ def test_an_idle_table_costs_the_exporter_a_request_per_region_every_seven_minut
         # Before backoff: one HEAD per region every read (4 a minute), and per read the version listing,
         # the region listing, three outcome records and the oldest version's HEAD (24 a minute).
         assert region <= EXPORTER_PER_REGION_MINUTE, f"{region:.2f} requests per region a minute"
-        # The next version's HEAD on every read (4 a minute), the rest at the bound.
-        assert per_table <= 5, f"{per_table:.2f} table requests a minute"
+        # The next version's HEAD at least once a minute (a read a tick early: 1.3 a minute; before,
+        # every read: 4 a minute, 4.8 in all), the rest at the bound.
+        assert per_table <= 2.5, f"{per_table:.2f} table requests a minute"
 
         # The worst case again: a flush just after the regions' probe shows within the bound, and
         # until then every region keeps its reading.
