@@ -224,7 +224,7 @@ def backlog_since(
     kept = {r: seen[r] for r in same if r not in newer}
     changed = [r for r in ids if r not in kept]
     found = table.store.map(
-        lambda r: table.read_region(r, seen[r][0] if r in seen else hints.get(r)), changed
+        lambda r: table.read_region(r, seen[r][0] if r in seen else hints.get(r), moved=r in newer), changed
     )
     manifests: dict[str, RegionManifest | None] = dict(zip(changed, found, strict=True))
     read = [m for _r, m in sorted(manifests.items()) if m is not None]

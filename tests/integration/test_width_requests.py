@@ -23,7 +23,7 @@ from dagster import AssetObservation, DagsterInstance, SensorResult, build_senso
 from memwal_core.format.naming import MEM_WAL_DIR, REGION_MANIFEST_DIR, VERSION_HINT_FILE
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.backlog import Watched, backlog_since
-from memwal_core.services.backoff import Backoff, Clock
+from memwal_core.services.backoff import Backoff
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.gc.service import gc
 from memwal_core.services.merge.service import merge
@@ -201,7 +201,14 @@ def test_sensor_tick_reads_only_what_changed(
 
     moved = regions[3]
     put_region(uri, seaweed.storage_options(), moved, np.arange(7000, 7010, dtype=np.int64))
+    proxy.reset()
     changed = tick(uri, options, instance, quiet.cursor)
+    # The moved region: the HEAD that found its next version, its version hint, one HEAD past the version
+    # the hint names, that manifest, and the LIST dating its oldest pending generation (before: the
+    # first HEAD twice).
+    assert proxy.naming([moved]) == 5, "\n".join(
+        line[:50] + line[-70:] for line in proxy.lines if moved in line
+    )
     events = [e for e in changed.asset_events if isinstance(e, AssetObservation)]
     assert [e.partition for e in events] == [moved]
     assert events[0].metadata["latest_flushed_generation"].value == 2
@@ -369,11 +376,11 @@ def test_an_unchanged_tables_catchup_and_compaction_ticks_cost_one_head_then_bac
         # Before: Lance's open of the latest version, a listing of `_versions/` and more, every tick.
         assert proxy.counts == {"HEAD": 1}, proxy.lines
 
-        def quiet_tick(probed_ago: float) -> dict[str, int]:
-            """A tick over a table unchanged for an hour, last probed `probed_ago` seconds ago."""
+        def quiet_tick(changed_ago: float, probed_ago: float) -> dict[str, int]:
+            """A tick over a table unchanged for `changed_ago` seconds, last probed `probed_ago` ago."""
             seen = json.loads(json.loads(cursor or "{}")["wide"])
             now = time.time()
-            seen["clock"] = [now - 3600, now - probed_ago]
+            seen["clock"] = [now - changed_ago, now - probed_ago]
             proxy.reset()
             quiet = json.dumps({"wide": json.dumps(seen)})
             with build_sensor_context(
@@ -382,17 +389,10 @@ def test_an_unchanged_tables_catchup_and_compaction_ticks_cost_one_head_then_bac
                 sensor(context)
             return dict(proxy.counts)
 
-        # Quiet for an hour: probed once per window of the flushed-generations sensor's bound (an eighth
-        # of 900 s), at the table's own phase in it, not every tick. A probe made in the same window as
-        # this tick (with 10 s to spare) is not repeated; one made a bound ago is.
-        interval = 30 if name == CATCHUP_SENSOR else 60
-        backoff = Backoff(tick=interval, bound=900 / 8)
-        now = time.time()
-        same_window = next(
-            ago for ago in range(1, 60) if not backoff.due(Clock(now - 3600, now - ago), now + 10, "wide")
-        )
-        assert quiet_tick(probed_ago=same_window) == {}
-        assert quiet_tick(probed_ago=200) == {"HEAD": 1}
+        # Quiet for 5 minutes: probed every quarter of that (75 s), a tick early, not every tick (30 s
+        # for catch-up, 60 s for compaction). Quiet for an hour: at least every eighth of 900 s.
+        assert quiet_tick(changed_ago=300, probed_ago=5) == {}
+        assert quiet_tick(changed_ago=3600, probed_ago=200) == {"HEAD": 1}
 
 
 def test_a_busy_tables_exporter_reads_the_merges_record_on_every_read_and_the_others_at_the_bound(
