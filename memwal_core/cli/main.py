@@ -503,6 +503,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     importlib.import_module(args.service)
             checked.result()
             result, code = args.run(args, table)
+            # The whole command's, its table check included: the store lives as long as the command.
+            result = result.with_throttled(table.store.stats.throttling.lifetime())
     except MemwalError as exc:
         print(f"memwal {args.command}: error: {exc}", file=sys.stderr)
         return _failed(args, Failure.of(exc), started)
