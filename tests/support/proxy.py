@@ -10,6 +10,7 @@ port and every connection.
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
 import time
@@ -26,6 +27,12 @@ def request_line(chunk: bytes) -> str | None:
     if not chunk.startswith(_METHODS):
         return None
     return chunk.split(b"\r\n", 1)[0].decode(errors="replace")
+
+
+def user_agent(head: bytes) -> str:
+    """The User-Agent a request's head names ("" without one)."""
+    found = re.search(rb"(?im)^user-agent:\s*([^\r\n]*)", head)
+    return found.group(1).decode(errors="replace") if found else ""
 
 
 class ForwardingProxy(InProcessListener):
