@@ -35,6 +35,7 @@ from memwal_core.services.defaults import (
     DEFAULT_MAX_PENDING_AGE_SECONDS,
     DEFAULT_MAX_TASKS,
     DEFAULT_READ_INTERVAL,
+    DEFAULT_READ_TIMEOUT,
     DEFAULT_SPARK_MIN_BYTES,
     DEFAULT_SPARK_MIN_ROWS,
     DEFAULT_TARGET_ROWS,
@@ -457,6 +458,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_READ_INTERVAL,
         metavar="S",
         help=f"read the tables at most once per S seconds, however often scraped (default {DEFAULT_READ_INTERVAL:g})",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=number(0.1, 86_400),
+        default=DEFAULT_READ_TIMEOUT,
+        metavar="S",
+        help="a table whose read runs longer is down (memwal_table_up 0) until a read succeeds; "
+        f"the other tables and the scrape do not wait for it (default {DEFAULT_READ_TIMEOUT:g})",
     )
     p.add_argument(
         "--lag-threshold",

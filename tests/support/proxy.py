@@ -30,6 +30,12 @@ def request_line(chunk: bytes) -> str | None:
     return chunk.split(b"\r\n", 1)[0].decode(errors="replace")
 
 
+def user_agent(head: bytes) -> str:
+    """The User-Agent a request's head names ("" without one)."""
+    found = re.search(rb"(?im)^user-agent:\s*([^\r\n]*)", head)
+    return found.group(1).decode(errors="replace") if found else ""
+
+
 class ForwardingProxy(InProcessListener):
     """Forwards every connection to `upstream_port`; subclasses act on requests and responses."""
 
