@@ -23,11 +23,18 @@ merge's target generation). A taker that has read progress at or past it
 lease free: that work has landed, so the holder, if it still runs, has
 nothing left to do under it. A merge therefore gives back no lease of a
 region it committed (a PUT per region saved); it gives back every other.
+
+A holder is named by its host, PID, a random part, and where its PID means a
+process: the kernel's boot and the PID namespace. A holder of this boot and
+namespace whose PID no longer exists is dead (e.g. `kill -9`) and frees the
+lease at once; any other (a container of the same host name, another host, a
+holder of an earlier memwal) keeps it until it expires.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -37,6 +44,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from memwal_core.errors import (
@@ -101,19 +109,37 @@ def decode_record(seq: int, raw: bytes) -> LeaseRecord | None:
     return LeaseRecord(seq, owner, float(expires_at), done_at=done_at)
 
 
+@functools.cache
+def pid_namespace() -> str | None:
+    """Where a PID names one process: this kernel's boot id and this process's PID namespace (None where
+    unknown: not Linux). A host name does not tell: containers of one host may share it, each with
+    its own PIDs, and the same boot and namespace exist on no other machine."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
+    except OSError:
+        return None
+    return f"{boot}/{namespace.removeprefix('pid:[').removesuffix(']')}"
+
+
 def _owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    namespace = pid_namespace()
+    return owner if namespace is None else f"{owner}:{namespace}"
 
 
 def _dead_local_owner(owner: str) -> bool:
-    """Whether `owner` was a process on this host that no longer exists.
+    """Whether `owner` was a process of this boot and PID namespace that no longer exists.
 
-    Only a provably dead holder counts: another host, a live or unknown PID, or
-    a PID we may not signal all keep the lease until it expires.
+    Only a provably dead holder counts: another namespace or host, an owner that names none (an
+    earlier memwal's), a live or unknown PID, or a PID we may not signal all keep the lease until it
+    expires.
     """
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+    parts = owner.split(":")
+    if len(parts) != 4 or parts[3] != pid_namespace():
+        return False
+    pid_text = parts[1]
+    if not pid_text.isdigit() or int(pid_text) == os.getpid():
         return False
     try:
         os.kill(int(pid_text), 0)
