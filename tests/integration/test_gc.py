@@ -474,3 +474,33 @@ def test_garbled_old_manifest_version_fails_its_region_alone_and_names_it(tmp_pa
         "GC touched a damaged region's WAL"
     )
     assert healthy in {o.region for o in result.outcomes}, "the other region is still collected"
+
+
+def test_a_second_run_on_an_idle_table_deletes_nothing(tmp_path: Path) -> None:
+    """The newest 10 manifest versions stay, so the oldest stays while the fence retention's anchor
+    moves on; each run re-deleted the WAL positions between the two (issue 48: ~900 a run)."""
+    uri = str(tmp_path / "t")
+    model = new_table(uri)
+    region = write_generations(model, None, 12, 1)
+    with MemWalTable.open(uri) as table:
+        merge(table)
+    forget_old_versions(uri)
+    assert deleted(run_gc(uri)) == list(range(1, 13))  # its last version: the prune of every generation
+    manifest = latest(uri, region)
+
+    first = run_gc_later(uri)
+    assert first.to_json()["wal_entries"]["deleted"] == manifest.replay_after_wal_entry_position
+    assert first.to_json()["manifest_versions_deleted"] == manifest.version - 10
+    second = run_gc_later(uri)
+    assert second.to_json()["wal_entries"]["deleted"] == 0
+    assert second.requests.get("delete", 0) == 0, second.requests
+    assert second.to_json()["objects_deleted"] == 0
+    # New entries and versions are deleted again once old enough, from where the last run stopped.
+    write_generations(model, region, 2, 500)
+    with MemWalTable.open(uri) as table:
+        merge(table)
+    third = run_gc_later(uri)
+    assert third.to_json()["wal_entries"]["deleted"] == (
+        latest(uri, region).replay_after_wal_entry_position - manifest.replay_after_wal_entry_position
+    )
+    model.assert_merged()

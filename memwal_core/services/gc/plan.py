@@ -30,7 +30,7 @@ from memwal_core.format.regions import RegionManifest
 from memwal_core.model.indexes import read_maintained
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.records import record_after
-from memwal_core.services.gc.retention import anchor_version, plan_retention
+from memwal_core.services.gc.retention import anchor_version, plan_retention, read_wal_deleted
 from memwal_core.services.gc.rules import (
     FLUSH_IN_PROGRESS,
     GRACE_PERIOD,
@@ -97,6 +97,11 @@ class RegionGcPlan:
     wal_temp_due: float | None = None
 
     @property
+    def wal_deleted_below(self) -> int | None:
+        """The WAL position below which no covered entry is stored once this plan ran (None: no anchor)."""
+        return self.wal_delete.stop or None
+
+    @property
     def manifest_oldest_after(self) -> int:
         """The oldest manifest version stored once this plan ran."""
         return self.manifest_delete[-1] + 1 if self.manifest_delete else self.manifest_oldest
@@ -130,6 +135,8 @@ class GcPlan:
     wal_temp_dues: tuple[tuple[str, float], ...] = ()
     # Per region, the oldest manifest version, as recorded before this plan.
     oldest_versions: tuple[tuple[str, int], ...] = ()
+    # Per region, where GC's WAL deletes ended, as recorded before this plan.
+    wal_deleted: tuple[tuple[str, int], ...] = ()
 
     @property
     def _listed(self) -> set[str]:
@@ -152,6 +159,16 @@ class GcPlan:
         searched past); None if it is unchanged."""
         done = {p.region: p.manifest_oldest_after for p in self.regions if p.region not in failed}
         return record_after(dict(self.oldest_versions), self._listed, done)
+
+    def wal_deleted_after(self, failed: set[str]) -> dict[str, int] | None:
+        """The record of where each region's WAL deletes ended once this plan ran, but not in the
+        `failed` regions (their deletes may have stopped anywhere); None if it is unchanged."""
+        done = {
+            p.region: p.wal_deleted_below
+            for p in self.regions
+            if p.wal_deleted_below is not None and p.region not in failed
+        }
+        return record_after(dict(self.wal_deleted), self._listed, done)
 
 
 def retained_progress(table: MemWalTable, dataset: Any) -> tuple[list[int], list[dict[str, int]]]:
@@ -244,16 +261,23 @@ class RegionListing:
 @dataclass(frozen=True)
 class RegionRead:
     """What GC reads of one region before it decides: its listing, its latest manifest and the
-    run of stored manifest versions."""
+    run of stored manifest versions (and where the last run's WAL deletes ended, as it recorded)."""
 
     region: str
     listing: RegionListing
     latest: RegionManifest
     versions: StoredVersions
+    wal_deleted_below: int | None = None
 
     @classmethod
     def read(
-        cls, table: MemWalTable, region: str, *, scan_wal: bool, oldest: int | None = None
+        cls,
+        table: MemWalTable,
+        region: str,
+        *,
+        scan_wal: bool,
+        oldest: int | None = None,
+        wal_deleted_below: int | None = None,
     ) -> RegionRead | None:
         """The version hint, then one LIST of the region's generation directories, then its latest
         manifest, found from the hint (one HEAD past it), then its oldest manifest version (listed, or
@@ -272,7 +296,8 @@ class RegionRead:
             return None
         manifests.check_hint(hint, latest.version)  # the newest manifest deleted: never write over the gap
         listed = (listing.manifest_versions, listing.versions_every)
-        return cls(region, listing, latest, StoredVersions(manifests, latest, oldest, *listed))
+        versions = StoredVersions(manifests, latest, oldest, *listed)
+        return cls(region, listing, latest, versions, wal_deleted_below)
 
 
 def plan_region(read_region: RegionRead, bounds: RegionBounds, policy: GcPolicy, now: float) -> RegionGcPlan:
@@ -323,7 +348,7 @@ def plan_region(read_region: RegionRead, bounds: RegionBounds, policy: GcPolicy,
     anchor = anchor_version(
         versions, manifests.created, now, policy.fence_retention_seconds, manifests.listed
     )
-    retention = plan_retention(versions, anchor, read, latest)
+    retention = plan_retention(versions, anchor, read, latest, read_region.wal_deleted_below)
 
     # Old manifest versions go oldest first, and only a prefix below the retention's anchor, so the
     # stored versions stay contiguous and no stale writer finds the version after its own free.
@@ -401,16 +426,23 @@ def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -
     def read_one(region: str) -> RegionRead | Failure | None:
         scan = scans_wal and scan_due(dues.get(region), now, policy.abandoned_after_seconds)
         try:
-            return RegionRead.read(table, region, scan_wal=scan, oldest=oldest.get(region))
+            return RegionRead.read(
+                table,
+                region,
+                scan_wal=scan,
+                oldest=oldest.get(region),
+                wal_deleted_below=wal_deleted.get(region),
+            )
         except MemwalError as exc:
             return Failure.of(exc, region)
 
     with (
         side_call(partial(_TableState.read, table)) as reading,
         side_call(partial(read_oldest, table.store)) as recorded,
+        side_call(partial(read_wal_deleted, table.store)) as recorded_wal,
     ):
-        regions = table.region_ids()  # while the record of the oldest versions is read
-        oldest = recorded.result()
+        regions = table.region_ids()  # while GC's records are read
+        oldest, wal_deleted = recorded.result(), recorded_wal.result()
         # One region per thread of the store's pool (`max_concurrent_requests`); its requests run in turn.
         reads = table.store.map(read_one, regions)
     state = reading.result()
@@ -436,4 +468,5 @@ def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -
         stale_staging=stale_staging(table, policy, now),
         wal_temp_dues=tuple(sorted(dues.items())),
         oldest_versions=tuple(sorted(oldest.items())),
+        wal_deleted=tuple(sorted(wal_deleted.items())),
     )

@@ -19,6 +19,7 @@ from memwal_core.model.outcomes import GC, Stored
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.execute import RegionGcOutcome, execute_region
 from memwal_core.services.gc.plan import GcPlan, GenerationDir, RegionGcPlan, plan_gc
+from memwal_core.services.gc.retention import write_wal_deleted
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.gc.stored import stored_after
 from memwal_core.services.gc.versions import write_oldest
@@ -79,7 +80,7 @@ class GcResult(ServiceResult):
                 for d in p.prune
             ],
             "kept": [k for p in self.plan.regions for k in p.kept],
-            # WAL positions (a prefix, deleted by name: positions GC freed before count again).
+            # WAL positions (a prefix, deleted by name from where the last run's deletes ended).
             "wal_entries": {
                 "deleted": sum(len(p.wal_delete) for p in plans),
                 "kept": {"fence_retention": sum(p.wal_kept for p in self.plan.regions)},
@@ -172,6 +173,9 @@ def execute_gc(
         oldest = plan.oldest_versions_after(failed)
         if oldest is not None:
             write_oldest(table.store, oldest)
+        wal_deleted = plan.wal_deleted_after(failed)
+        if wal_deleted is not None:
+            write_wal_deleted(table.store, wal_deleted)
     ran = set(_done_regions(plan, outcomes, dry_run))
     finished = time.perf_counter()
     return GcResult(
