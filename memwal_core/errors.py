@@ -87,6 +87,10 @@ class SchemaError(BadInputError):
     """Rows do not fit the table schema (missing, null or mistyped columns)."""
 
 
+class ClockSkewError(MemwalError):
+    """This host's clock disagrees with the store's: ages it judged (GC's, a lease's) would be wrong."""
+
+
 class StorageError(MemwalError):
     """The object store failed (unreachable, refused, or out of retries)."""
 

@@ -42,6 +42,8 @@ WAL_TEMP_SCANS_FILE = "_memwal_hints/wal_temp_scans.json"
 OLDEST_MANIFESTS_FILE = "_memwal_hints/oldest_manifest_versions.json"
 # The WAL position below which GC deleted each region's covered entries (services/gc/retention.py).
 WAL_DELETED_FILE = "_memwal_hints/wal_deleted.json"
+# The object memwal writes to read the store's clock (model/clock.py), overwritten by every reading.
+CLOCK_FILE = "_memwal_hints/clock.json"
 
 # A flushed generation's directory: `{8 hex chars}_gen_{g}`.
 _GENERATION_DIR = re.compile(r"^[0-9a-f]{8}_gen_(\d+)$")

@@ -220,7 +220,7 @@ class RegionListing:
     nothing: a prefix of their names, which are their numbers' bits reversed, so every stored
     version that is a multiple of `versions_every` (twice the lowest bit of the last one listed;
     1 when the page also holds the version hint, which sorts after every version). When a WAL scan
-    is due (`scan_wal`), also the abandoned uploads in its WAL folder (`wal_temps.py`).
+    is due (`wal_scan_at`: the plan's time), also the abandoned uploads in its WAL folder (`wal_temps.py`).
     """
 
     generation_dirs: dict[str, list[ObjectInfo]]
@@ -231,7 +231,7 @@ class RegionListing:
     wal_temps: WalTempScan | None
 
     @classmethod
-    def read(cls, store: ObjectStore, region: str, *, scan_wal: bool) -> RegionListing:
+    def read(cls, store: ObjectStore, region: str, *, wal_scan_at: float | None) -> RegionListing:
         region_dir = f"{MEM_WAL_DIR}/{region}"
         wal_dir = f"{region_dir}/{REGION_WAL_DIR}"
         manifests = f"{region_dir}/{REGION_MANIFEST_DIR}/"
@@ -255,7 +255,8 @@ class RegionListing:
             for name in store.list_dirs(region_dir):
                 if generation_from_dir_name(name) is not None:
                     dirs.setdefault(name, [])
-        return cls(dirs, versions, every, WalTempScan.read(store, wal_dir) if scan_wal else None)
+        scan = None if wal_scan_at is None else WalTempScan.read(store, wal_dir, wal_scan_at)
+        return cls(dirs, versions, every, scan)
 
 
 @dataclass(frozen=True)
@@ -275,7 +276,7 @@ class RegionRead:
         table: MemWalTable,
         region: str,
         *,
-        scan_wal: bool,
+        wal_scan_at: float | None,
         oldest: int | None = None,
         wal_deleted_below: int | None = None,
     ) -> RegionRead | None:
@@ -289,7 +290,7 @@ class RegionRead:
         """
         manifests = table.region_store(region)
         hint = manifests.read_hint()  # before the listing: it can only name a version stored by then
-        listing = RegionListing.read(table.store, region, scan_wal=scan_wal)
+        listing = RegionListing.read(table.store, region, wal_scan_at=wal_scan_at)
         # None: not claimed yet; generations without a manifest are corrupt, and fail the region.
         latest = table.read_region(region, hint)
         if latest is None:
@@ -429,7 +430,7 @@ def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -
             return RegionRead.read(
                 table,
                 region,
-                scan_wal=scan,
+                wal_scan_at=now if scan else None,
                 oldest=oldest.get(region),
                 wal_deleted_below=wal_deleted.get(region),
             )

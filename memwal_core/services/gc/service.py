@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from memwal_core.arguments import checked
 from memwal_core.errors import MemwalError
+from memwal_core.model.clock import store_time
 from memwal_core.model.outcomes import GC, Stored
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.execute import RegionGcOutcome, execute_region
@@ -118,9 +119,11 @@ def gc(
     """
     table.store.stats.reset()
     started = time.perf_counter()
-    return execute_gc(
-        table, plan_gc(table, policy or GcPolicy()), dry_run=dry_run, progress=progress, started=started
-    )
+    # Ages are judged by the store's clock, and a host whose clock disagrees refuses before any delete.
+    # A dry run writes nothing, so it cannot read the store's clock: it plans by this host's.
+    now = None if dry_run else store_time(table.store)
+    plan = plan_gc(table, policy or GcPolicy(), now=now)
+    return execute_gc(table, plan, dry_run=dry_run, progress=progress, started=started)
 
 
 def execute_gc(
