@@ -44,6 +44,8 @@ OLDEST_MANIFESTS_FILE = "_memwal_hints/oldest_manifest_versions.json"
 WAL_DELETED_FILE = "_memwal_hints/wal_deleted.json"
 # The object memwal writes to read the store's clock (model/clock.py), overwritten by every reading.
 CLOCK_FILE = "_memwal_hints/clock.json"
+# The maintenance rules the table is kept under, one write-once record per rules number (model/rules.py).
+RULES_DIR = "_memwal_rules"
 
 # A flushed generation's directory: `{8 hex chars}_gen_{g}`.
 _GENERATION_DIR = re.compile(r"^[0-9a-f]{8}_gen_(\d+)$")

@@ -20,8 +20,9 @@ import pytest
 from lance.mem_wal import LsmScanner, ShardSnapshot
 
 from memwal_core.cli.main import main as cli_main
-from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, wal_entry_name
+from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, RULES_DIR, wal_entry_name
 from memwal_core.format.regions import RegionManifest
+from memwal_core.model.rules import MAINTENANCE_RULES
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.plan import plan_gc
 from memwal_core.services.gc.rules import GcPolicy
@@ -474,6 +475,36 @@ def test_garbled_old_manifest_version_fails_its_region_alone_and_names_it(tmp_pa
         "GC touched a damaged region's WAL"
     )
     assert healthy in {o.region for o in result.outcomes}, "the other region is still collected"
+
+
+def test_a_table_kept_under_newer_rules_is_refused_and_nothing_is_deleted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A later release's GC records newer maintenance rules: this one must not delete by its own."""
+    uri = str(tmp_path / "t")
+    model = new_table(uri)
+    write_generations(model, None, 2, 1)
+    with MemWalTable.open(uri) as table:
+        merge(table)
+    forget_old_versions(uri)
+    assert len(run_gc(uri, GcPolicy(grace_seconds=3600)).to_json()["pruned"]) == 2
+    rules = Path(uri) / RULES_DIR
+    assert [p.name for p in rules.iterdir()] == [f"{MAINTENANCE_RULES:08d}.json"], "this release's"
+    newer = rules / f"{MAINTENANCE_RULES + 1:08d}.json"
+    newer.write_text(json.dumps({"rules": MAINTENANCE_RULES + 1}))
+    before = tree_digest(Path(uri))
+
+    for dry in ([], ["--dry-run"]):
+        assert cli_main(["gc", uri, "--grace-seconds", "0", *dry]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"memwal gc: error: table {uri} is kept under maintenance rules {MAINTENANCE_RULES + 1} "
+            f"({newer}); this memwal knows rules up to {MAINTENANCE_RULES}: refused, upgrade memwal on "
+            "this host"
+        ]
+    assert tree_digest(Path(uri)) == before, "nothing deleted, nothing written"
+    newer.unlink()
+    assert deleted(run_gc(uri)) == [1, 2]
+    model.assert_merged()
 
 
 def test_a_second_run_on_an_idle_table_deletes_nothing(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from memwal_core.arguments import checked
 from memwal_core.errors import MemwalError
 from memwal_core.model.clock import store_time
 from memwal_core.model.outcomes import GC, Stored
+from memwal_core.model.rules import check_rules, keep_rules
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.execute import RegionGcOutcome, execute_region
 from memwal_core.services.gc.plan import GcPlan, GenerationDir, RegionGcPlan, plan_gc
@@ -119,9 +120,13 @@ def gc(
     """
     table.store.stats.reset()
     started = time.perf_counter()
-    # Ages are judged by the store's clock, and a host whose clock disagrees refuses before any delete.
-    # A dry run writes nothing, so it cannot read the store's clock: it plans by this host's.
-    now = None if dry_run else store_time(table.store)
+    # A table kept under newer rules is refused, a dry run too: what it would print is not what they keep.
+    rules = check_rules(table.store)
+    now = None  # a dry run writes nothing, so it cannot read the store's clock: it plans by this host's
+    if not dry_run:
+        # Ages are judged by the store's clock, and a host whose clock disagrees refuses before any delete.
+        now = store_time(table.store)
+        keep_rules(table.store, rules)
     plan = plan_gc(table, policy or GcPolicy(), now=now)
     return execute_gc(table, plan, dry_run=dry_run, progress=progress, started=started)
 
