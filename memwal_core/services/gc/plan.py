@@ -411,26 +411,37 @@ class _TableState:
         return region_bounds(region, merged, self.details.index_catchup, self.indexes, self.retained)
 
 
-def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -> GcPlan:
-    """Plan GC for every region of the table.
+def plan_gc(
+    table: MemWalTable,
+    policy: GcPolicy,
+    *,
+    now: float | None = None,
+    clock: Callable[[], float] = time.time,
+) -> GcPlan:
+    """Plan GC for every region of the table, at `now` (tests), else at `clock()` (a real run: the
+    store's, `store_time`).
 
     The table's state (Lance opens the table, then reads every retained version's manifest) is read
     while the regions are listed and read; each region is then decided. Reading the state after a
     region's manifest keeps at least as much as reading it before: merge progress and index catch-up
     only grow, a version made meanwhile is retained too, and a new index keeps everything.
+
+    The clock is read once all that is read, so a run refused for what it read wrote nothing. Until
+    then this host's clock says whether a WAL folder is due a scan for abandoned uploads, and times
+    the scan: off by the clock's skew, either only makes a scan come early (reads) or a delete late.
     """
-    now = time.time() if now is None else now
+    read_at = time.time() if now is None else now
     # Only where Lance writes through temp files (local disk), and only in folders whose scan is due.
     scans_wal = table.store.lance_puts_through_temp_files
     dues = read_dues(table.store) if scans_wal else {}
 
     def read_one(region: str) -> RegionRead | Failure | None:
-        scan = scans_wal and scan_due(dues.get(region), now, policy.abandoned_after_seconds)
+        scan = scans_wal and scan_due(dues.get(region), read_at, policy.abandoned_after_seconds)
         try:
             return RegionRead.read(
                 table,
                 region,
-                wal_scan_at=now if scan else None,
+                wal_scan_at=read_at if scan else None,
                 oldest=oldest.get(region),
                 wal_deleted_below=wal_deleted.get(region),
             )
@@ -447,10 +458,11 @@ def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -
         # One region per thread of the store's pool (`max_concurrent_requests`); its requests run in turn.
         reads = table.store.map(read_one, regions)
     state = reading.result()
+    decided_at = clock() if now is None else now
 
     def plan_one(read: RegionRead) -> RegionGcPlan | Failure:
         try:
-            return plan_region(read, state.bounds(read.region), policy, now)
+            return plan_region(read, state.bounds(read.region), policy, decided_at)
         except MemwalError as exc:
             return Failure.of(exc, read.region)
 
@@ -460,13 +472,13 @@ def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -
     return GcPlan(
         table_uri=table.uri,
         table_version=state.version,
-        planned_at=now,
+        planned_at=decided_at,
         policy=policy,
         maintained_indexes=tuple(state.indexes),
         retained_versions=tuple(state.retained_versions),
         regions=tuple(p for p in planned if isinstance(p, RegionGcPlan)),
         failures=tuple(sorted(failures, key=lambda f: f.region or "")),
-        stale_staging=stale_staging(table, policy, now),
+        stale_staging=stale_staging(table, policy, decided_at),
         wal_temp_dues=tuple(sorted(dues.items())),
         oldest_versions=tuple(sorted(oldest.items())),
         wal_deleted=tuple(sorted(wal_deleted.items())),

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 from memwal_core.arguments import checked
@@ -122,12 +123,13 @@ def gc(
     started = time.perf_counter()
     # A table kept under newer rules is refused, a dry run too: what it would print is not what they keep.
     rules = check_rules(table.store)
-    now = None  # a dry run writes nothing, so it cannot read the store's clock: it plans by this host's
+    # Ages are judged by the store's clock, and a host whose clock disagrees refuses before any delete.
+    # A dry run writes nothing, so it cannot read the store's clock: it plans by this host's.
+    plan = plan_gc(
+        table, policy or GcPolicy(), clock=time.time if dry_run else partial(store_time, table.store)
+    )
     if not dry_run:
-        # Ages are judged by the store's clock, and a host whose clock disagrees refuses before any delete.
-        now = store_time(table.store)
         keep_rules(table.store, rules)
-    plan = plan_gc(table, policy or GcPolicy(), now=now)
     return execute_gc(table, plan, dry_run=dry_run, progress=progress, started=started)
 
 

@@ -22,9 +22,8 @@ from memwal_core.format.naming import WAL_TEMP_SCANS_FILE
 from memwal_core.services.gc.records import read_record, write_record
 from memwal_core.storage.object_store import ObjectInfo, ObjectStore
 
-# A file's time comes from the kernel's coarse clock, which may lag the plan's `now` by a tick when
-# that is this process's clock (a dry run): a scan's time is taken this much earlier, so a temp file
-# made just after it is never due before it.
+# A file's time comes from the kernel's clock, which may lag this process's by a tick: a scan's
+# time is taken this much earlier, so a temp file made just after it is never due before it.
 CLOCK_LAG_SECONDS = 1.0
 
 
@@ -38,7 +37,7 @@ class WalTempScan:
     @classmethod
     def read(cls, store: ObjectStore, wal_dir: str, now: float) -> WalTempScan:
         """The folder's names alone: only the temp files are stat'ed (a HEAD each), never the entries.
-        `now`: the plan's time, read before this scan began."""
+        `now`: when the plan began, by this host's clock (`plan_gc`)."""
         at = now - CLOCK_LAG_SECONDS
         found = [store.head(f"{wal_dir}/{name}") for name in store.list_names(wal_dir) if ".tmp" in name]
         # None: renamed or linked into place since it was listed.
