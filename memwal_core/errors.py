@@ -87,6 +87,14 @@ class SchemaError(BadInputError):
     """Rows do not fit the table schema (missing, null or mistyped columns)."""
 
 
+class NewerRulesError(BadInputError):
+    """The table is kept under maintenance rules newer than this memwal knows: it must not maintain it."""
+
+
+class ClockSkewError(MemwalError):
+    """This host's clock disagrees with the store's: ages it judged (GC's, a lease's) would be wrong."""
+
+
 class StorageError(MemwalError):
     """The object store failed (unreachable, refused, or out of retries)."""
 

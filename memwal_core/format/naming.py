@@ -40,6 +40,12 @@ REGION_VERSIONS_FILE = "_memwal_hints/region_versions.json"
 WAL_TEMP_SCANS_FILE = "_memwal_hints/wal_temp_scans.json"
 # The oldest manifest version each region kept after the last GC run (services/gc/versions.py).
 OLDEST_MANIFESTS_FILE = "_memwal_hints/oldest_manifest_versions.json"
+# The WAL position below which GC deleted each region's covered entries (services/gc/retention.py).
+WAL_DELETED_FILE = "_memwal_hints/wal_deleted.json"
+# The object memwal writes to read the store's clock (model/clock.py), overwritten by every reading.
+CLOCK_FILE = "_memwal_hints/clock.json"
+# The maintenance rules the table is kept under, one write-once record per rules number (model/rules.py).
+RULES_DIR = "_memwal_rules"
 
 # A flushed generation's directory: `{8 hex chars}_gen_{g}`.
 _GENERATION_DIR = re.compile(r"^[0-9a-f]{8}_gen_(\d+)$")

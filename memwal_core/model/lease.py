@@ -4,7 +4,9 @@ A lease is a sequence of numbered JSON records under `_memwal_leases/{name}/`.
 Every state change (acquire, renew, release, take over an expired lease)
 writes the next number with put-if-not-exists, so exactly one writer wins
 each change and a holder that loses a renewal knows it lost the lease.
-Expiry is wall-clock time, so holders renew well before it (`ttl / 3`).
+Expiry is wall-clock time, so holders renew well before it (`ttl / 3`), and
+a host writes a record only while its clock agrees with the store's
+(`clock.py`): before a take-over, and in every write's own read-back.
 
 A newest record that cannot be decoded (torn, garbled, zeroed, or expiring
 more than `MAX_TTL` after it was written) is held by
@@ -23,11 +25,18 @@ merge's target generation). A taker that has read progress at or past it
 lease free: that work has landed, so the holder, if it still runs, has
 nothing left to do under it. A merge therefore gives back no lease of a
 region it committed (a PUT per region saved); it gives back every other.
+
+A holder is named by its host, PID, a random part, and where its PID means a
+process: the kernel's boot and the PID namespace. A holder of this boot and
+namespace whose PID no longer exists is dead (e.g. `kill -9`) and frees the
+lease at once; any other (a container of the same host name, another host, a
+holder of an earlier memwal) keeps it until it expires.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -37,16 +46,19 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from memwal_core.errors import (
     AlreadyExistsError,
+    ClockSkewError,
     CorruptMetadataError,
     LeaseBusyError,
     LeaseLostError,
     NotFoundError,
 )
 from memwal_core.format.naming import LEASE_DIR
+from memwal_core.model.clock import check_clock, ensure_checked
 from memwal_core.storage.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -101,19 +113,37 @@ def decode_record(seq: int, raw: bytes) -> LeaseRecord | None:
     return LeaseRecord(seq, owner, float(expires_at), done_at=done_at)
 
 
+@functools.cache
+def pid_namespace() -> str | None:
+    """Where a PID names one process: this kernel's boot id and this process's PID namespace (None where
+    unknown: not Linux). A host name does not tell: containers of one host may share it, each with
+    its own PIDs, and the same boot and namespace exist on no other machine."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
+    except OSError:
+        return None
+    return f"{boot}/{namespace.removeprefix('pid:[').removesuffix(']')}"
+
+
 def _owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    namespace = pid_namespace()
+    return owner if namespace is None else f"{owner}:{namespace}"
 
 
 def _dead_local_owner(owner: str) -> bool:
-    """Whether `owner` was a process on this host that no longer exists.
+    """Whether `owner` was a process of this boot and PID namespace that no longer exists.
 
-    Only a provably dead holder counts: another host, a live or unknown PID, or
-    a PID we may not signal all keep the lease until it expires.
+    Only a provably dead holder counts: another namespace or host, an owner that names none (an
+    earlier memwal's), a live or unknown PID, or a PID we may not signal all keep the lease until it
+    expires.
     """
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+    parts = owner.split(":")
+    if len(parts) != 4 or parts[3] != pid_namespace():
+        return False
+    pid_text = parts[1]
+    if not pid_text.isdigit() or int(pid_text) == os.getpid():
         return False
     try:
         os.kill(int(pid_text), 0)
@@ -205,17 +235,29 @@ class Lease:
             )
         return LeaseRecord(seq, None, frees_at, unreadable=True)
 
-    def _write(
-        self, seq: int, owner: str | None, expires_at: float, decided: float | None
-    ) -> LeaseRecord | None:
-        """Write record `seq`, decided on at `decided` (monotonic; None: never checked, as a give-back
-        needs not be); None if it was decided on so long ago that newer records show it stale."""
-        done_at = self.done_at if owner is not None else None
-        record: dict[str, object] = {"owner": owner, "expires_at": expires_at, "written_at": time.time()}
-        if done_at is not None:
-            record["done_at"] = done_at
+    def _put(self, seq: int, owner: str | None, expires_at: float) -> float:
+        """Write record `seq` (put-if-not-exists); when it was written, by this host's clock."""
+        written_at = time.time()
+        record: dict[str, object] = {"owner": owner, "expires_at": expires_at, "written_at": written_at}
+        if owner is not None and self.done_at is not None:
+            record["done_at"] = self.done_at
         self.store.put_if_not_exists(self._path(seq), json.dumps(record).encode())
-        if decided is not None and not self._verified(seq, decided):
+        return written_at
+
+    def _write(self, seq: int, owner: str, expires_at: float, decided: float) -> LeaseRecord | None:
+        """Write record `seq`, decided on at `decided` (monotonic); None if it was decided on so long ago
+        that newer records show it stale.
+
+        Others judge its expiry by their clocks, so it is written only while this host's clock agrees
+        with the store's: read back by `_verified`, its stored time is checked; else this host's clock
+        was found right lately (`ensure_checked`). ClockSkewError otherwise (a record read back is
+        given back).
+        """
+        reads_back = self._reads_back(decided)
+        if not reads_back:
+            ensure_checked(self.store)
+        written_at = self._put(seq, owner, expires_at)
+        if reads_back and not self._verified(seq, written_at):
             log.warning(
                 "lease %s of %s: record %d was written %.0f s after it was decided on, and newer records "
                 "exist: the lease is not held",
@@ -226,10 +268,15 @@ class Lease:
             )
             return None
         self._written = time.monotonic()
-        return LeaseRecord(seq, owner, expires_at, done_at=done_at)
+        return LeaseRecord(seq, owner, expires_at, done_at=self.done_at)
 
-    def _verified(self, seq: int, decided: float) -> bool:
-        """Whether record `seq` is the newest, for a write decided on long ago.
+    def _reads_back(self, decided: float) -> bool:
+        """Whether a write decided on at `decided` lists the records again (`_verified`)."""
+        return self.store.lists_cheaply or time.monotonic() - decided >= PRUNE_AGE / 2
+
+    def _verified(self, seq: int, written_at: float) -> bool:
+        """Whether record `seq`, written at `written_at` (this host's clock), is the newest, for a write
+        decided on long ago; ClockSkewError, the record given back, if its stored time disagrees.
 
         A conditional PUT proves only that `seq` did not exist at that moment. A
         number pruned since may be written again: a writer that paused between
@@ -241,10 +288,23 @@ class Lease:
         where a listing is cheap but no snapshot: one that raced a holder's pruning
         can come back empty, and the lease then looks never taken.
         """
-        if not self.store.lists_cheaply and time.monotonic() - decided < PRUNE_AGE / 2:
-            return True
         stored = self._stored()
-        return seq in stored and max(stored) == seq
+        newest = seq in stored and max(stored) == seq
+        if seq in stored:
+            try:
+                check_clock(
+                    self.store, stored[seq], written_at, time.time(), self.store.describe(self._path(seq))
+                )
+            except ClockSkewError:
+                if newest:
+                    self._give_back(seq)
+                raise
+        return newest
+
+    def _give_back(self, seq: int) -> None:
+        """Write the free record after `seq` (a holder that took it since wins); never checked."""
+        with contextlib.suppress(AlreadyExistsError):
+            self._put(seq + 1, None, 0.0)
 
     def try_acquire(self) -> bool:
         """Take the lease if it is free or expired; False if a live holder has it."""
@@ -253,6 +313,8 @@ class Lease:
             stored, current = self._newest()
         except LeaseBusyError:
             return False
+        # A holder's expiry is judged by this host's clock: it must agree with the store's.
+        ensure_checked(self.store)
         now = time.time()
         if current is not None and current.live(now, self.progress) and current.owner != self.owner:
             return False
@@ -296,6 +358,9 @@ class Lease:
             self.held = self._write(self.held.seq + 1, self.owner, time.time() + self.ttl, self._written)
         except AlreadyExistsError:
             self.held = None
+        except ClockSkewError:
+            self.held = None  # given back, or never written
+            raise
         if self.held is None:
             raise LeaseLostError(f"lease {self.name} of {self.store.uri} was taken over by another holder")
 
@@ -314,8 +379,7 @@ class Lease:
         """Give the lease back (a free record), if we still hold it."""
         if self.held is None:
             return
-        with contextlib.suppress(AlreadyExistsError):
-            self._write(self.held.seq + 1, None, 0.0, None)
+        self._give_back(self.held.seq)
         self.held = None
 
     def __enter__(self) -> Lease:

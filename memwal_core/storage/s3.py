@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import obstore
 
-from memwal_core.errors import AlreadyExistsError, NotFoundError, StorageError
+from memwal_core.errors import AlreadyExistsError, ClockSkewError, NotFoundError, StorageError
 from memwal_core.storage.limits import TimeLimits
 from memwal_core.storage.object_store import ObjectInfo, ObjectStore, join_path, start_io_threads
 from memwal_core.storage.options import DEFAULT_CONCURRENT_REQUESTS, USER_AGENT, StorageOptions
@@ -247,6 +247,12 @@ class S3Store(ObjectStore):
             return NotFoundError(f"{where} does not exist")
         if failure.exists:
             return AlreadyExistsError(f"{where} already exists")
+        if failure.code == "RequestTimeTooSkewed":
+            return ClockSkewError(
+                f"{self.endpoint or 'S3'} refused {kind} of {where}: this host's clock is off the store's by "
+                f"more than its request-signing window (15 minutes on S3): set this host's clock (NTP) and "
+                f"run again"
+            )
         if failure.denied:
             return StorageError(f"access to {where} denied ({failure.name()})")
         endpoint = self.endpoint or "S3"

@@ -20,8 +20,9 @@ import pytest
 from lance.mem_wal import LsmScanner, ShardSnapshot
 
 from memwal_core.cli.main import main as cli_main
-from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, wal_entry_name
+from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, RULES_DIR, wal_entry_name
 from memwal_core.format.regions import RegionManifest
+from memwal_core.model.rules import MAINTENANCE_RULES
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.plan import plan_gc
 from memwal_core.services.gc.rules import GcPolicy
@@ -474,3 +475,63 @@ def test_garbled_old_manifest_version_fails_its_region_alone_and_names_it(tmp_pa
         "GC touched a damaged region's WAL"
     )
     assert healthy in {o.region for o in result.outcomes}, "the other region is still collected"
+
+
+def test_a_table_kept_under_newer_rules_is_refused_and_nothing_is_deleted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A later release's GC records newer maintenance rules: this one must not delete by its own."""
+    uri = str(tmp_path / "t")
+    model = new_table(uri)
+    write_generations(model, None, 2, 1)
+    with MemWalTable.open(uri) as table:
+        merge(table)
+    forget_old_versions(uri)
+    assert len(run_gc(uri, GcPolicy(grace_seconds=3600)).to_json()["pruned"]) == 2
+    rules = Path(uri) / RULES_DIR
+    assert [p.name for p in rules.iterdir()] == [f"{MAINTENANCE_RULES:08d}.json"], "this release's"
+    newer = rules / f"{MAINTENANCE_RULES + 1:08d}.json"
+    newer.write_text(json.dumps({"rules": MAINTENANCE_RULES + 1}))
+    before = tree_digest(Path(uri))
+
+    for dry in ([], ["--dry-run"]):
+        assert cli_main(["gc", uri, "--grace-seconds", "0", *dry]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"memwal gc: error: table {uri} is kept under maintenance rules {MAINTENANCE_RULES + 1} "
+            f"({newer}); this memwal knows rules up to {MAINTENANCE_RULES}: refused, upgrade memwal on "
+            "this host"
+        ]
+    assert tree_digest(Path(uri)) == before, "nothing deleted, nothing written"
+    newer.unlink()
+    assert deleted(run_gc(uri)) == [1, 2]
+    model.assert_merged()
+
+
+def test_a_second_run_on_an_idle_table_deletes_nothing(tmp_path: Path) -> None:
+    """The newest 10 manifest versions stay, so the oldest stays while the fence retention's anchor
+    moves on; each run re-deleted the WAL positions between the two (issue 48: ~900 a run)."""
+    uri = str(tmp_path / "t")
+    model = new_table(uri)
+    region = write_generations(model, None, 12, 1)
+    with MemWalTable.open(uri) as table:
+        merge(table)
+    forget_old_versions(uri)
+    assert deleted(run_gc(uri)) == list(range(1, 13))  # its last version: the prune of every generation
+    manifest = latest(uri, region)
+
+    first = run_gc_later(uri)
+    assert first.to_json()["wal_entries"]["deleted"] == manifest.replay_after_wal_entry_position
+    assert first.to_json()["manifest_versions_deleted"] == manifest.version - 10
+    second = run_gc_later(uri)
+    assert second.to_json()["wal_entries"]["deleted"] == 0
+    assert second.requests.get("delete", 0) == 0, second.requests
+    assert second.to_json()["objects_deleted"] == 0
+    # New entries and versions are deleted again once old enough, from where the last run stopped.
+    write_generations(model, region, 2, 500)
+    with MemWalTable.open(uri) as table:
+        merge(table)
+    third = run_gc_later(uri)
+    assert third.to_json()["wal_entries"]["deleted"] == (
+        latest(uri, region).replay_after_wal_entry_position - manifest.replay_after_wal_entry_position
+    )
+    model.assert_merged()

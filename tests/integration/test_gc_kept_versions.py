@@ -221,7 +221,7 @@ def test_on_s3_a_plan_reads_no_page_of_manifest_versions(seaweed: Any, proxy: La
         heads.append(sum(1 for line in lines if line.startswith("HEAD ")))
 
     with MemWalTable.open(uri, options) as table:
-        page = RegionListing.read(table.store, region, scan_wal=False)
+        page = RegionListing.read(table.store, region, wal_scan_at=None)
     step = page.versions_every
     assert step is not None and 1 < step <= 8, "a page of about 1,000 of 2,000 versions"
     assert {v for v in listed.times if v % step == 0} <= set(page.manifest_versions)

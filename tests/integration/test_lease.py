@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -65,20 +67,25 @@ def test_renewal_keeps_the_lease(tmp_path: object) -> None:
     assert Lease(store, "merge-y", ttl=60).try_acquire()
 
 
-def test_lease_of_a_killed_local_holder_is_free_at_once(tmp_path: object) -> None:
-    import socket
-    import subprocess
-    import sys
+HOLD = """
+import sys, time
+from memwal_core.model.lease import Lease
+from memwal_core.storage.options import StorageOptions
+from memwal_core.storage.stores import open_store
+Lease(open_store(sys.argv[1], StorageOptions()), "merge-z", ttl=3600).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
 
+
+def test_lease_of_a_killed_local_holder_is_free_at_once(tmp_path: Path) -> None:
     store = open_store(str(tmp_path), StorageOptions())
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
-    dead_owner = f"{socket.gethostname()}:{child.pid}:deadbeef"
-    store.put_if_not_exists(
-        "_memwal_leases/merge-z/00000000000000000001.json",
-        json.dumps({"owner": dead_owner, "expires_at": time.time() + 3600}).encode(),
-    )
-    assert Lease(store, "merge-z", ttl=60).try_acquire()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    assert not Lease(store, "merge-z", ttl=60).try_acquire(), "its holder lives"
+    holder.kill()
+    holder.wait()
+    assert Lease(store, "merge-z", ttl=60).try_acquire(), "its holder was killed: free at once"
     remote = "another-host:1:cafe"
     store.put_if_not_exists(
         "_memwal_leases/merge-w/00000000000000000001.json",

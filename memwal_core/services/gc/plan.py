@@ -30,7 +30,7 @@ from memwal_core.format.regions import RegionManifest
 from memwal_core.model.indexes import read_maintained
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.records import record_after
-from memwal_core.services.gc.retention import anchor_version, plan_retention
+from memwal_core.services.gc.retention import anchor_version, plan_retention, read_wal_deleted
 from memwal_core.services.gc.rules import (
     FLUSH_IN_PROGRESS,
     GRACE_PERIOD,
@@ -97,6 +97,11 @@ class RegionGcPlan:
     wal_temp_due: float | None = None
 
     @property
+    def wal_deleted_below(self) -> int | None:
+        """The WAL position below which no covered entry is stored once this plan ran (None: no anchor)."""
+        return self.wal_delete.stop or None
+
+    @property
     def manifest_oldest_after(self) -> int:
         """The oldest manifest version stored once this plan ran."""
         return self.manifest_delete[-1] + 1 if self.manifest_delete else self.manifest_oldest
@@ -130,6 +135,8 @@ class GcPlan:
     wal_temp_dues: tuple[tuple[str, float], ...] = ()
     # Per region, the oldest manifest version, as recorded before this plan.
     oldest_versions: tuple[tuple[str, int], ...] = ()
+    # Per region, where GC's WAL deletes ended, as recorded before this plan.
+    wal_deleted: tuple[tuple[str, int], ...] = ()
 
     @property
     def _listed(self) -> set[str]:
@@ -152,6 +159,16 @@ class GcPlan:
         searched past); None if it is unchanged."""
         done = {p.region: p.manifest_oldest_after for p in self.regions if p.region not in failed}
         return record_after(dict(self.oldest_versions), self._listed, done)
+
+    def wal_deleted_after(self, failed: set[str]) -> dict[str, int] | None:
+        """The record of where each region's WAL deletes ended once this plan ran, but not in the
+        `failed` regions (their deletes may have stopped anywhere); None if it is unchanged."""
+        done = {
+            p.region: p.wal_deleted_below
+            for p in self.regions
+            if p.wal_deleted_below is not None and p.region not in failed
+        }
+        return record_after(dict(self.wal_deleted), self._listed, done)
 
 
 def retained_progress(table: MemWalTable, dataset: Any) -> tuple[list[int], list[dict[str, int]]]:
@@ -203,7 +220,7 @@ class RegionListing:
     nothing: a prefix of their names, which are their numbers' bits reversed, so every stored
     version that is a multiple of `versions_every` (twice the lowest bit of the last one listed;
     1 when the page also holds the version hint, which sorts after every version). When a WAL scan
-    is due (`scan_wal`), also the abandoned uploads in its WAL folder (`wal_temps.py`).
+    is due (`wal_scan_at`: the plan's time), also the abandoned uploads in its WAL folder (`wal_temps.py`).
     """
 
     generation_dirs: dict[str, list[ObjectInfo]]
@@ -214,7 +231,7 @@ class RegionListing:
     wal_temps: WalTempScan | None
 
     @classmethod
-    def read(cls, store: ObjectStore, region: str, *, scan_wal: bool) -> RegionListing:
+    def read(cls, store: ObjectStore, region: str, *, wal_scan_at: float | None) -> RegionListing:
         region_dir = f"{MEM_WAL_DIR}/{region}"
         wal_dir = f"{region_dir}/{REGION_WAL_DIR}"
         manifests = f"{region_dir}/{REGION_MANIFEST_DIR}/"
@@ -238,22 +255,30 @@ class RegionListing:
             for name in store.list_dirs(region_dir):
                 if generation_from_dir_name(name) is not None:
                     dirs.setdefault(name, [])
-        return cls(dirs, versions, every, WalTempScan.read(store, wal_dir) if scan_wal else None)
+        scan = None if wal_scan_at is None else WalTempScan.read(store, wal_dir, wal_scan_at)
+        return cls(dirs, versions, every, scan)
 
 
 @dataclass(frozen=True)
 class RegionRead:
     """What GC reads of one region before it decides: its listing, its latest manifest and the
-    run of stored manifest versions."""
+    run of stored manifest versions (and where the last run's WAL deletes ended, as it recorded)."""
 
     region: str
     listing: RegionListing
     latest: RegionManifest
     versions: StoredVersions
+    wal_deleted_below: int | None = None
 
     @classmethod
     def read(
-        cls, table: MemWalTable, region: str, *, scan_wal: bool, oldest: int | None = None
+        cls,
+        table: MemWalTable,
+        region: str,
+        *,
+        wal_scan_at: float | None,
+        oldest: int | None = None,
+        wal_deleted_below: int | None = None,
     ) -> RegionRead | None:
         """The version hint, then one LIST of the region's generation directories, then its latest
         manifest, found from the hint (one HEAD past it), then its oldest manifest version (listed, or
@@ -265,14 +290,15 @@ class RegionRead:
         """
         manifests = table.region_store(region)
         hint = manifests.read_hint()  # before the listing: it can only name a version stored by then
-        listing = RegionListing.read(table.store, region, scan_wal=scan_wal)
+        listing = RegionListing.read(table.store, region, wal_scan_at=wal_scan_at)
         # None: not claimed yet; generations without a manifest are corrupt, and fail the region.
         latest = table.read_region(region, hint)
         if latest is None:
             return None
         manifests.check_hint(hint, latest.version)  # the newest manifest deleted: never write over the gap
         listed = (listing.manifest_versions, listing.versions_every)
-        return cls(region, listing, latest, StoredVersions(manifests, latest, oldest, *listed))
+        versions = StoredVersions(manifests, latest, oldest, *listed)
+        return cls(region, listing, latest, versions, wal_deleted_below)
 
 
 def plan_region(read_region: RegionRead, bounds: RegionBounds, policy: GcPolicy, now: float) -> RegionGcPlan:
@@ -323,7 +349,7 @@ def plan_region(read_region: RegionRead, bounds: RegionBounds, policy: GcPolicy,
     anchor = anchor_version(
         versions, manifests.created, now, policy.fence_retention_seconds, manifests.listed
     )
-    retention = plan_retention(versions, anchor, read, latest)
+    retention = plan_retention(versions, anchor, read, latest, read_region.wal_deleted_below)
 
     # Old manifest versions go oldest first, and only a prefix below the retention's anchor, so the
     # stored versions stay contiguous and no stale writer finds the version after its own free.
@@ -385,39 +411,58 @@ class _TableState:
         return region_bounds(region, merged, self.details.index_catchup, self.indexes, self.retained)
 
 
-def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -> GcPlan:
-    """Plan GC for every region of the table.
+def plan_gc(
+    table: MemWalTable,
+    policy: GcPolicy,
+    *,
+    now: float | None = None,
+    clock: Callable[[], float] = time.time,
+) -> GcPlan:
+    """Plan GC for every region of the table, at `now` (tests), else at `clock()` (a real run: the
+    store's, `store_time`).
 
     The table's state (Lance opens the table, then reads every retained version's manifest) is read
     while the regions are listed and read; each region is then decided. Reading the state after a
     region's manifest keeps at least as much as reading it before: merge progress and index catch-up
     only grow, a version made meanwhile is retained too, and a new index keeps everything.
+
+    The clock is read once all that is read, so a run refused for what it read wrote nothing. Until
+    then this host's clock says whether a WAL folder is due a scan for abandoned uploads, and times
+    the scan: off by the clock's skew, either only makes a scan come early (reads) or a delete late.
     """
-    now = time.time() if now is None else now
+    read_at = time.time() if now is None else now
     # Only where Lance writes through temp files (local disk), and only in folders whose scan is due.
     scans_wal = table.store.lance_puts_through_temp_files
     dues = read_dues(table.store) if scans_wal else {}
 
     def read_one(region: str) -> RegionRead | Failure | None:
-        scan = scans_wal and scan_due(dues.get(region), now, policy.abandoned_after_seconds)
+        scan = scans_wal and scan_due(dues.get(region), read_at, policy.abandoned_after_seconds)
         try:
-            return RegionRead.read(table, region, scan_wal=scan, oldest=oldest.get(region))
+            return RegionRead.read(
+                table,
+                region,
+                wal_scan_at=read_at if scan else None,
+                oldest=oldest.get(region),
+                wal_deleted_below=wal_deleted.get(region),
+            )
         except MemwalError as exc:
             return Failure.of(exc, region)
 
     with (
         side_call(partial(_TableState.read, table)) as reading,
         side_call(partial(read_oldest, table.store)) as recorded,
+        side_call(partial(read_wal_deleted, table.store)) as recorded_wal,
     ):
-        regions = table.region_ids()  # while the record of the oldest versions is read
-        oldest = recorded.result()
+        regions = table.region_ids()  # while GC's records are read
+        oldest, wal_deleted = recorded.result(), recorded_wal.result()
         # One region per thread of the store's pool (`max_concurrent_requests`); its requests run in turn.
         reads = table.store.map(read_one, regions)
     state = reading.result()
+    decided_at = clock() if now is None else now
 
     def plan_one(read: RegionRead) -> RegionGcPlan | Failure:
         try:
-            return plan_region(read, state.bounds(read.region), policy, now)
+            return plan_region(read, state.bounds(read.region), policy, decided_at)
         except MemwalError as exc:
             return Failure.of(exc, read.region)
 
@@ -427,13 +472,14 @@ def plan_gc(table: MemWalTable, policy: GcPolicy, *, now: float | None = None) -
     return GcPlan(
         table_uri=table.uri,
         table_version=state.version,
-        planned_at=now,
+        planned_at=decided_at,
         policy=policy,
         maintained_indexes=tuple(state.indexes),
         retained_versions=tuple(state.retained_versions),
         regions=tuple(p for p in planned if isinstance(p, RegionGcPlan)),
         failures=tuple(sorted(failures, key=lambda f: f.region or "")),
-        stale_staging=stale_staging(table, policy, now),
+        stale_staging=stale_staging(table, policy, decided_at),
         wal_temp_dues=tuple(sorted(dues.items())),
         oldest_versions=tuple(sorted(oldest.items())),
+        wal_deleted=tuple(sorted(wal_deleted.items())),
     )

@@ -1,10 +1,10 @@
 """GC's records in `_memwal_hints/`: per region, a number a run leaves for the next, so it need not
 find it again with requests that grow with what GC keeps (when to scan a WAL folder, `wal_temps.py`;
-the oldest stored manifest version, `versions.py`).
+the oldest stored manifest version, `versions.py`; where the WAL deletes ended, `retention.py`).
 
 Each record is one small object per table, read once per plan and written once per run that changed
 it (never by a dry run). It is only a hint: one that is lost, garbled or stale costs the next run
-requests, never a wrong decision.
+requests, never a wrong decision (a WAL position recorded too high could only keep entries).
 """
 
 from __future__ import annotations

@@ -20,14 +20,23 @@ longer than the retention (docs/internals.md, "What stops a stalled writer").
 Deletions are prefixes, so each run deletes from the oldest stored version's
 replay position up to the anchor's, by name: the WAL is never listed, nor are
 the manifest versions (the anchor is found by bisection, `anchor_version`).
+The versions go only below the newest 10 too, so on a quiet table the oldest
+stays while the anchor moves on: each run deleted again the ~900 positions
+between them, long gone. So each run records where its deletes ended
+(`_memwal_hints/wal_deleted.json`), and the next starts there. A record that is
+lost or stale only makes a run delete names again; one from a run that failed
+is not written; one past the anchor (a longer retention since) deletes nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from memwal_core.format.naming import WAL_DELETED_FILE
 from memwal_core.format.regions import RegionManifest
+from memwal_core.services.gc.records import read_record, write_record
+from memwal_core.storage.object_store import ObjectStore
 
 
 @dataclass(frozen=True)
@@ -84,12 +93,17 @@ def anchor_version(
 
 
 def plan_retention(
-    versions: range, anchor: int | None, read: Callable[[int], RegionManifest], latest: RegionManifest
+    versions: range,
+    anchor: int | None,
+    read: Callable[[int], RegionManifest],
+    latest: RegionManifest,
+    deleted_below: int | None = None,
 ) -> Retention:
     """What the `anchor` (`anchor_version`) frees of the WAL, the stored `versions` being [oldest, latest].
 
     `read` reads a stored version: the anchor's replay position bounds what
-    may go, the oldest stored version's is where the previous run stopped.
+    may go, the oldest stored version's is where a previous run stopped, or
+    `deleted_below` (the position the last run's deletes ended at), if later.
     """
     covered = latest.replay_after_wal_entry_position
     if anchor is None:
@@ -97,4 +111,19 @@ def plan_retention(
     oldest = versions.start
     end = read(anchor).replay_after_wal_entry_position + 1
     start = read(oldest).replay_after_wal_entry_position + 1 if oldest != anchor else end
+    start = max(start, min(deleted_below or 0, end))
     return Retention(anchor, range(start, max(start, end)), covered - (end - 1))
+
+
+def read_wal_deleted(store: ObjectStore) -> dict[str, int]:
+    """Per region, the WAL position below which GC's last run left no covered entry (none recorded: the
+    oldest stored manifest version tells)."""
+    return {
+        region: position
+        for region, position in read_record(store, WAL_DELETED_FILE).items()
+        if type(position) is int and position >= 1
+    }
+
+
+def write_wal_deleted(store: ObjectStore, deleted: Mapping[str, int]) -> None:
+    write_record(store, WAL_DELETED_FILE, deleted, "where GC's WAL deletes ended")

@@ -11,14 +11,18 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 from memwal_core.arguments import checked
 from memwal_core.errors import MemwalError
+from memwal_core.model.clock import store_time
 from memwal_core.model.outcomes import GC, Stored
+from memwal_core.model.rules import check_rules, keep_rules
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.gc.execute import RegionGcOutcome, execute_region
 from memwal_core.services.gc.plan import GcPlan, GenerationDir, RegionGcPlan, plan_gc
+from memwal_core.services.gc.retention import write_wal_deleted
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.gc.stored import stored_after
 from memwal_core.services.gc.versions import write_oldest
@@ -79,7 +83,7 @@ class GcResult(ServiceResult):
                 for d in p.prune
             ],
             "kept": [k for p in self.plan.regions for k in p.kept],
-            # WAL positions (a prefix, deleted by name: positions GC freed before count again).
+            # WAL positions (a prefix, deleted by name from where the last run's deletes ended).
             "wal_entries": {
                 "deleted": sum(len(p.wal_delete) for p in plans),
                 "kept": {"fence_retention": sum(p.wal_kept for p in self.plan.regions)},
@@ -117,9 +121,16 @@ def gc(
     """
     table.store.stats.reset()
     started = time.perf_counter()
-    return execute_gc(
-        table, plan_gc(table, policy or GcPolicy()), dry_run=dry_run, progress=progress, started=started
+    # A table kept under newer rules is refused, a dry run too: what it would print is not what they keep.
+    rules = check_rules(table.store)
+    # Ages are judged by the store's clock, and a host whose clock disagrees refuses before any delete.
+    # A dry run writes nothing, so it cannot read the store's clock: it plans by this host's.
+    plan = plan_gc(
+        table, policy or GcPolicy(), clock=time.time if dry_run else partial(store_time, table.store)
     )
+    if not dry_run:
+        keep_rules(table.store, rules)
+    return execute_gc(table, plan, dry_run=dry_run, progress=progress, started=started)
 
 
 def execute_gc(
@@ -172,6 +183,9 @@ def execute_gc(
         oldest = plan.oldest_versions_after(failed)
         if oldest is not None:
             write_oldest(table.store, oldest)
+        wal_deleted = plan.wal_deleted_after(failed)
+        if wal_deleted is not None:
+            write_wal_deleted(table.store, wal_deleted)
     ran = set(_done_regions(plan, outcomes, dry_run))
     finished = time.perf_counter()
     return GcResult(

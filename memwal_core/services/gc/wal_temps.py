@@ -15,7 +15,6 @@ next run scan again.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -36,9 +35,10 @@ class WalTempScan:
     files: tuple[ObjectInfo, ...]
 
     @classmethod
-    def read(cls, store: ObjectStore, wal_dir: str) -> WalTempScan:
-        """The folder's names alone: only the temp files are stat'ed (a HEAD each), never the entries."""
-        at = time.time() - CLOCK_LAG_SECONDS
+    def read(cls, store: ObjectStore, wal_dir: str, now: float) -> WalTempScan:
+        """The folder's names alone: only the temp files are stat'ed (a HEAD each), never the entries.
+        `now`: when the plan began, by this host's clock (`plan_gc`)."""
+        at = now - CLOCK_LAG_SECONDS
         found = [store.head(f"{wal_dir}/{name}") for name in store.list_names(wal_dir) if ".tmp" in name]
         # None: renamed or linked into place since it was listed.
         return cls(at, tuple(info for info in found if info is not None))
