@@ -51,6 +51,10 @@ class RegionBacklog:
             self.oldest_pending_created_at,
         ]
 
+    def merged_to(self, merged: int) -> RegionBacklog:
+        """This backlog once a merge reached `merged`, at least its latest flushed generation: none left."""
+        return RegionBacklog(self.region, merged, self.latest_flushed, (), 0, None)
+
     @classmethod
     def from_list(cls, region: str, data: Sequence[Any]) -> RegionBacklog:
         merged, latest, pending, size, created = data
@@ -190,9 +194,11 @@ def backlog_since(
     The table version is probed (one HEAD of its next manifest) when due (by `version_backoff`,
     default `backoff`), and on every read while a region has pending generations: a merge is what
     moves it. The regions are listed when due; between, they are the regions seen
-    before. A region not seen before, or whose merge progress moved, is read in full (from its seen
-    version or, for a new one, the stored region snapshot's); one seen before is probed (one HEAD of
-    its next manifest version) when due and read in full if that exists; the others keep their backlog.
+    before. A region not seen before, or whose merge progress moved short of its latest flushed
+    generation, is read in full (from its seen version or, for a new one, the stored region
+    snapshot's); one whose merge caught up is probed (one HEAD of its next manifest version) and
+    keeps its reading, with no backlog, unless that exists; one seen before is probed when due and
+    read in full if its next version exists; the others keep their backlog.
     """
     now = time.time() if now is None else now
     seen = before.seen
@@ -213,8 +219,15 @@ def backlog_since(
     # A region seen before whose merge progress is unchanged costs one HEAD (of its next manifest
     # version) when its probe is due, probed for all such regions at once; only the others are read.
     same = [r for r in ids if r in seen and seen[r][1].merged_generation == details.merged_generation(r)]
+    # A region whose merge caught up with all it had flushed keeps its reading, less the backlog, while
+    # no newer manifest version exists: one HEAD after each merge, not its manifest read again.
+    caught_up = [
+        r
+        for r in ids
+        if r in seen and r not in same and details.merged_generation(r) >= seen[r][1].latest_flushed
+    ]
     due = [r for r in same if backoff.due(clocks.get(r), now, r)]
-    newer = _moved(table, seen, due)
+    newer = _moved(table, seen, due + caught_up)
     if newer and _quiet(clocks, seen, now, backoff):
         # A quiet table woke: flushes come in bursts, so every other region is probed now too.
         probing = set(due)
@@ -222,6 +235,8 @@ def backlog_since(
         newer |= _moved(table, seen, rest)
         due += rest
     kept = {r: seen[r] for r in same if r not in newer}
+    merged_up = [r for r in caught_up if r not in newer]
+    kept |= {r: (seen[r][0], seen[r][1].merged_to(details.merged_generation(r))) for r in merged_up}
     changed = [r for r in ids if r not in kept]
     found = table.store.map(
         lambda r: table.read_region(r, seen[r][0] if r in seen else hints.get(r), moved=r in newer), changed
@@ -234,6 +249,8 @@ def backlog_since(
 
     for region in set(due) - newer:
         clocks[region] = probed(clocks.get(region), now, False)
+    for region in merged_up:
+        clocks[region] = probed(clocks.get(region), now, True)
     for manifest in read:
         clocks[manifest.region] = probed(clocks.get(manifest.region), now, True)
     if listed:

@@ -214,6 +214,18 @@ def test_sensor_tick_reads_only_what_changed(
     assert events[0].metadata["latest_flushed_generation"].value == 2
     assert events[0].metadata["pending_generations"].value == 2
 
+    # Once merged, no region is read again: one HEAD each proves its manifest unchanged (before: its
+    # manifest read again, a HEAD and a GET a region).
+    with MemWalTable.open(uri, StorageOptions(seaweed.storage_options())) as table:
+        assert not merge(table).failures
+    proxy.reset()
+    after = tick(uri, options, instance, changed.cursor)
+    assert per_region(proxy, regions) == 1, proxy.lines
+    events = [e for e in after.asset_events if isinstance(e, AssetObservation)]
+    assert sorted(e.partition or "" for e in events) == sorted(regions)
+    assert {e.metadata["pending_generations"].value for e in events} == {0}
+    assert {e.partition: e.metadata["merged_generation"].value for e in events}[moved] == 2
+
 
 # An idle table's requests are counted over an hour of ticks in simulated time; the figures are the
 # aims at default settings (docs/pipeline.md): a quiet region probed about every 110 s by the sensor
