@@ -49,9 +49,9 @@ def record_interval(table: TableConfig) -> float:
 
 
 def probe_backoff(table: TableConfig) -> Backoff:
-    """The sensor's backoff: every tick while a region changes, at least every eighth of the lag
+    """The sensor's backoff: every tick while a region changes, at least every quarter of the lag
     threshold once it is quiet, so a new flush on a long-idle region is seen, and merged, well within it."""
-    return Backoff(tick=table.sensor_interval_seconds, bound=table.max_pending_age_seconds / 8)
+    return Backoff(tick=table.sensor_interval_seconds, bound=table.max_pending_age_seconds / 4)
 
 
 def freshness_due(table: TableConfig, recorded: float, complete_as_of: float, merged_moved: bool) -> bool:

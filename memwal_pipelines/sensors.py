@@ -25,7 +25,7 @@ each region's backlog with the manifest version it was read from (so a tick re-r
 the regions whose manifest has a newer version or whose merge progress moved: one HEAD for
 every other region that is due), when each region, the table's version and its region
 listing last changed and were last probed (a quiet one is probed less often the longer it
-stays quiet, at least every eighth of `max_pending_age_seconds`: backoff.py, so an idle
+stays quiet, at least every quarter of `max_pending_age_seconds`: backoff.py, so an idle
 region costs about half a request a minute and a new flush is seen within that bound),
 the table version, and a digest of the regions' state as of the last status recorded, with its time;
 the run key is a digest of every (region, merged, latest pending) triple, so
@@ -421,7 +421,7 @@ def version_moved(
 ) -> tuple[bool, VersionCursor]:
     """Whether the table's version moved since the cursor's (probed with one HEAD of its next manifest,
     `MemWalTable.version_after`, when the flushed-generations sensor's backoff says a probe is due: every
-    tick while merges move it, at least every eighth of `max_pending_age_seconds` once it is quiet), and
+    tick while merges move it, at least every quarter of `max_pending_age_seconds` once it is quiet), and
     the new cursor."""
     cursor = VersionCursor.load(text)
     now = time.time() if now is None else now

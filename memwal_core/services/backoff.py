@@ -9,7 +9,7 @@ probed every min(max(t/4, tick), bound): every tick while it changes, then
 less often the longer it stays the same, never less often than `bound`. A
 probe is due at the last tick that keeps the gap within that interval (a
 tick early rather than late), so with ticks on time a change after a long
-quiet is seen within `bound`: the sensor's bound is an eighth of the table's
+quiet is seen within `bound`: the sensor's bound is a quarter of the table's
 lag threshold, so a new flush is merged well within it. At the bound, each
 thing is probed at its own phase of the bound-long window, so the probes of a
 table's quiet regions are spread over the ticks instead of falling on the same

@@ -228,11 +228,11 @@ def test_sensor_tick_reads_only_what_changed(
 
 
 # An idle table's requests are counted over an hour of ticks in simulated time; the figures are the
-# aims at default settings (docs/pipeline.md): a quiet region probed about every 110 s by the sensor
-# (5 s ticks, a bound of 900 s / 8: once per 107.5 s window, at its phase) and every 435 s by the
+# aims at default settings (docs/pipeline.md): a quiet region probed about every 220 s by the sensor
+# (5 s ticks, a bound of 900 s / 4: once per 220 s window, at its phase) and every 435 s by the
 # exporter (15 s reads, a bound of 450 s).
 SIMULATED = 3600.0
-SENSOR_PER_REGION_MINUTE = 0.57
+SENSOR_PER_REGION_MINUTE = 0.3
 EXPORTER_PER_REGION_MINUTE = 0.15
 
 
@@ -406,7 +406,7 @@ def test_an_unchanged_tables_catchup_and_compaction_ticks_cost_one_head_then_bac
             return dict(proxy.counts)
 
         # Quiet for 5 minutes: probed every quarter of that (75 s), a tick early, not every tick (30 s
-        # for catch-up, 60 s for compaction). Quiet for an hour: at least every eighth of 900 s.
+        # for catch-up, 60 s for compaction). Quiet for an hour: at least every quarter of 900 s.
         assert quiet_tick(changed_ago=300, probed_ago=5) == {}
         assert quiet_tick(changed_ago=3600, probed_ago=200) == {"HEAD": 1}
 

@@ -8,7 +8,7 @@ import pytest
 
 from memwal_core.services.backoff import EVERY_READ, Backoff, Clock, probe_interval, probed
 
-# The sensor's at default settings: a 5 s tick, an eighth of a 900 s lag threshold.
+# A 5 s tick and a bound of an eighth of a 900 s lag threshold (the sensor's is a quarter).
 SENSOR = Backoff(tick=5.0, bound=900 / 8)
 HOUR = 3600.0
 
