@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import watchdog
 from tests.support.paths import PROJECT_ROOT
 from tests.support.seaweed import SeaweedServer
 from tests.support.spark import StandaloneSpark, lance_probe, local_spark_session, write_probe_dataset
@@ -149,6 +150,21 @@ def test_servers_die_with_the_test_process() -> None:
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(root, ignore_errors=True)
         child.stdout.close()
+
+
+@pytest.mark.parametrize("same_process", [True, False])
+def test_the_watchdog_ends_a_group_only_while_its_server_runs_in_it(same_process: bool) -> None:
+    """At end of file the watchdog ends a listed group if the listed process, started when it was
+    listed, still runs in it; a PID reused since (here: a wrong start time) is someone else's."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        start = watchdog.started(sleeper.pid) if same_process else "0"
+        watching = subprocess.Popen([sys.executable, "-I", watchdog.__file__], stdin=subprocess.PIPE)
+        watching.communicate(f"+{sleeper.pid} {sleeper.pid} {start}\n".encode(), timeout=30)
+        assert (sleeper.poll() is not None) is same_process
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 @pytest.mark.s3

@@ -28,7 +28,7 @@ def _watch_once_up(server: ConnectServer, groups: list[int], finished: threading
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 groups.append(os.getpgid(pid))
-                watch_group(groups[-1])
+                watch_group(pid)
             return
 
 

@@ -27,6 +27,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
+from tests.support.watchdog import started
+
 LOOPBACK = "127.0.0.1"
 _WATCHDOG = Path(__file__).with_name("watchdog.py")
 # This process's watchdog and the process that started it (a forked child starts its own).
@@ -70,9 +72,11 @@ def _tell_watchdog(line: str) -> None:
         pipe.flush()
 
 
-def watch_group(pgid: int) -> None:
-    """Have process group `pgid` ended if this process ends (even by `kill -9`) before `end_group`."""
-    _tell_watchdog(f"+{pgid}")
+def watch_group(pid: int) -> None:
+    """Have the process group of server process `pid` ended if this process ends (even by `kill -9`)
+    before `end_group`; the watchdog ends it only while `pid` still runs in it."""
+    with contextlib.suppress(ProcessLookupError):
+        _tell_watchdog(f"+{os.getpgid(pid)} {pid} {started(pid)}")
 
 
 def end_group(pgid: int) -> None:
