@@ -19,10 +19,11 @@ from memwal_pipelines.assets import table_assets
 from memwal_pipelines.checks import table_checks
 from memwal_pipelines.config import TableConfig
 from memwal_pipelines.ingest import ingest_job
-from memwal_pipelines.jobs import table_jobs, table_schedules
+from memwal_pipelines.jobs import table_jobs
 from memwal_pipelines.keys import TableKeys
 from memwal_pipelines.merge_tables import merge_tables_job
 from memwal_pipelines.resources import memwal_resource
+from memwal_pipelines.schedules import table_schedules
 from memwal_pipelines.sensors import location_sensors
 
 # Dagster 1.13 copies every asset check it loads from a component into a new AssetsDefinition with a

@@ -1,4 +1,4 @@
-"""Jobs and schedules of one table.
+"""Jobs of one table (their schedules: schedules.py).
 
 Concurrency (dagster.yaml): one merge run per table at a time (the pool
 `memwal_merge_{table}`, one slot: a merge run is a round over all of the
@@ -22,8 +22,6 @@ from typing import TYPE_CHECKING
 
 from dagster import (
     AssetSelection,
-    DefaultScheduleStatus,
-    ScheduleDefinition,
     define_asset_job,
     in_process_executor,
 )
@@ -134,23 +132,3 @@ def table_jobs(keys: TableKeys) -> TableJobs:
             tags=upkeep,
         ),
     )
-
-
-def table_schedules(keys: TableKeys, jobs: TableJobs) -> list[ScheduleDefinition]:
-    """A schedule per periodic job, stopped until switched on in the UI (Dagster's default)."""
-    table = keys.table
-    return [
-        ScheduleDefinition(
-            name=f"{table.name}_{suffix}_schedule",
-            job=scheduled,
-            cron_schedule=cron,
-            default_status=DefaultScheduleStatus.STOPPED,
-        )
-        for suffix, scheduled, cron in [
-            ("snapshot", jobs.snapshot, table.snapshot_cron),
-            ("checks", jobs.checks, table.checks_cron),
-            ("compaction", jobs.compaction, table.compaction_cron),
-            ("retention", jobs.retention, table.retention_cron),
-            ("gc", jobs.gc, table.gc_cron),
-        ]
-    ]

@@ -36,7 +36,9 @@ queued: that run merges whatever is pending when it starts.
 `memwal_index_catchup` requests a table's catch-up run when a maintained index lags
 behind merged data, or an index was created or dropped since the MemWAL
 details last listed the maintained ones, once per table version (a table whose
-version did not move since its last tick is not read further).
+version did not move since its last tick is not read further). It and the
+compaction sensor probe the table's version (one HEAD) with the flushed sensor's
+backoff: every tick while it moves, at its bound once the table is quiet.
 
 `memwal_compaction` requests a table's compaction run when the base table has
 `compaction_fragment_threshold` fragments or more and Lance's planner finds
@@ -67,7 +69,7 @@ from dagster import (
 
 from memwal_core.errors import MemwalError, first_line
 from memwal_core.services.backlog import RegionBacklog, Watched, backlog_since
-from memwal_core.services.backoff import Clock
+from memwal_core.services.backoff import Backoff, Clock, probed
 from memwal_core.services.catchup import index_state
 from memwal_core.services.compact import plan_compaction
 from memwal_core.services.status import status_since
@@ -337,36 +339,38 @@ def location_sensors(
             cursor=cursor,
         )
 
+    catchup_interval = max(30, min(intervals))
+    compaction_interval = max(60, min(intervals))
+
     @sensor(
         name=CATCHUP_SENSOR,
         jobs=[j.catchup for j in jobs.values()],
-        minimum_interval_seconds=max(30, min(intervals)),
+        minimum_interval_seconds=catchup_interval,
         description="A maintained index behind merged data, or not yet listed, starts the table's catch-up run.",
     )
     def index_catchup(context: SensorEvaluationContext) -> SensorResult:
         runs = []
 
         def read(keys: TableKeys, seen: str | None) -> str:
-            with sensor_table(keys.table) as opened:
-                version = str(opened.version_after(known_version(seen)))
-                if version == seen:  # the answer is the same at the same table version
-                    return version
-                state = index_state(opened)
-            if state.needs_catchup:
-                name = keys.table.name
-                runs.append(
-                    RunRequest(
-                        job_name=jobs[name].catchup.name, run_key=f"{name}:catchup:{state.table_version}"
+            moved, cursor = version_moved(keys, seen, catchup_interval)
+            if moved:
+                with sensor_table(keys.table) as opened:
+                    state = index_state(opened)
+                if state.needs_catchup:
+                    name = keys.table.name
+                    runs.append(
+                        RunRequest(
+                            job_name=jobs[name].catchup.name, run_key=f"{name}:catchup:{state.table_version}"
+                        )
                     )
-                )
-            return version
+            return cursor.dump()
 
         return SensorResult(run_requests=runs, cursor=each_table(context, tables, read))
 
     @sensor(
         name=COMPACTION_SENSOR,
         jobs=[j.compaction for j in jobs.values()],
-        minimum_interval_seconds=max(60, min(intervals)),
+        minimum_interval_seconds=compaction_interval,
         description="A table with compaction_fragment_threshold base-table fragments or more starts its compaction.",
     )
     def compaction(context: SensorEvaluationContext) -> SensorResult:
@@ -378,23 +382,56 @@ def location_sensors(
             job = jobs[keys.table.name].compaction.name
             if job in busy:
                 return seen or ""
-            with sensor_table(keys.table) as opened:
-                version = str(opened.version_after(known_version(seen)))
-                if version != seen:  # fragments change only with a new table version
-                    request = compaction_request(keys, opened.dataset(int(version)))
-                    if request is not None:
-                        runs.append(RunRequest(job_name=job, run_key=request))
-            return version
+            moved, cursor = version_moved(keys, seen, compaction_interval)
+            if moved:
+                with sensor_table(keys.table) as opened:
+                    request = compaction_request(keys, opened.dataset(cursor.version))
+                if request is not None:
+                    runs.append(RunRequest(job_name=job, run_key=request))
+            return cursor.dump()
 
         return SensorResult(run_requests=runs, cursor=each_table(context, tables, read))
 
     return [flushed_generations, index_catchup, compaction]
 
 
-def known_version(seen: str | None) -> int | None:
-    """The table version a sensor's cursor holds for a table (None: none yet): an unchanged table then
-    costs one HEAD a tick (`MemWalTable.version_after`), not a listing of its versions."""
-    return int(seen) if seen and seen.isdigit() else None
+@dataclass(frozen=True)
+class VersionCursor:
+    """What the catch-up and compaction sensors keep per table: the table version they last read, and
+    the clock of their probes of it (the cursor before the clock was a bare version number)."""
+
+    version: int | None = None
+    clock: Clock | None = None
+
+    @classmethod
+    def load(cls, text: str | None) -> VersionCursor:
+        if not text:
+            return cls()
+        if text.isdigit():
+            return cls(int(text))
+        data = json.loads(text)
+        return cls(data["version"], Clock.from_list(data["clock"]))
+
+    def dump(self) -> str:
+        return json.dumps({"version": self.version, "clock": self.clock.to_list() if self.clock else None})
+
+
+def version_moved(
+    keys: TableKeys, text: str | None, interval: float, now: float | None = None
+) -> tuple[bool, VersionCursor]:
+    """Whether the table's version moved since the cursor's (probed with one HEAD of its next manifest,
+    `MemWalTable.version_after`, when the flushed-generations sensor's backoff says a probe is due: every
+    tick while merges move it, at least every eighth of `max_pending_age_seconds` once it is quiet), and
+    the new cursor."""
+    cursor = VersionCursor.load(text)
+    now = time.time() if now is None else now
+    backoff = Backoff(tick=interval, bound=max(interval, probe_backoff(keys.table).bound))
+    if cursor.version is not None and not backoff.due(cursor.clock, now, keys.table.name):
+        return False, cursor
+    with sensor_table(keys.table) as opened:
+        version = opened.version_after(cursor.version)
+    moved = version != cursor.version
+    return moved, VersionCursor(version, probed(cursor.clock, now, moved))
 
 
 def compaction_request(keys: TableKeys, dataset: Any) -> str | None:

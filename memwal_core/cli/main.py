@@ -35,6 +35,7 @@ from memwal_core.services.defaults import (
     DEFAULT_MAX_PENDING_AGE_SECONDS,
     DEFAULT_MAX_TASKS,
     DEFAULT_READ_INTERVAL,
+    DEFAULT_READ_TIMEOUT,
     DEFAULT_SPARK_MIN_BYTES,
     DEFAULT_SPARK_MIN_ROWS,
     DEFAULT_TARGET_ROWS,
@@ -459,6 +460,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"read the tables at most once per S seconds, however often scraped (default {DEFAULT_READ_INTERVAL:g})",
     )
     p.add_argument(
+        "--read-timeout",
+        type=number(0.1, 86_400),
+        default=DEFAULT_READ_TIMEOUT,
+        metavar="S",
+        help="a table whose read runs longer is down (memwal_table_up 0) until a read succeeds; "
+        f"the other tables and the scrape do not wait for it (default {DEFAULT_READ_TIMEOUT:g})",
+    )
+    p.add_argument(
         "--lag-threshold",
         type=number(0, MAX_GRACE_SECONDS),
         default=DEFAULT_MAX_PENDING_AGE_SECONDS,
@@ -503,6 +512,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     importlib.import_module(args.service)
             checked.result()
             result, code = args.run(args, table)
+            # The whole command's, its table check included: the store lives as long as the command.
+            result = result.with_throttled(table.store.stats.throttling.lifetime())
     except MemwalError as exc:
         print(f"memwal {args.command}: error: {exc}", file=sys.stderr)
         return _failed(args, Failure.of(exc), started)

@@ -1,14 +1,21 @@
 """`memwal metrics TABLE...`: the tables' backlog and service outcomes for Prometheus.
 
 Without `--listen` it reads every table once and prints the text exposition;
-with `--listen HOST:PORT` it serves `/metrics`, reading the tables at most
-once per `--interval` however often it is scraped (each read is the sensor's
-cheap per-region read, `TableWatch`, backed off on quiet regions down to one
-read per `--max-probe-interval`). Names start with `memwal_`; the labels
-are `table` (the URI as given, which memwal refuses to hold credentials) and
-`region` (a UUID), so no label or value can carry a credential. A table that
-cannot be read reports `memwal_table_up 0` and none of its other figures; the
-others are still served.
+with `--listen HOST:PORT` it serves `/metrics` (`metrics_server.py`), reading
+the tables at most once per `--interval` however often it is scraped (each
+read is the sensor's cheap per-region read, `TableWatch`, backed off on quiet
+regions down to one read per `--max-probe-interval`). Names start with
+`memwal_`; the labels are `table` (the URI as given, which memwal refuses to
+hold credentials) and `region` (a UUID), so no label or value can carry a
+credential.
+
+Each table is read on a thread of its own, so a table whose storage never
+answers holds up no other table and no scrape: a scrape starts the reads that
+are due, waits for them at most `SCRAPE_WAIT` seconds, and answers with what
+it knows. A table is down (`memwal_table_up 0`, none of its other figures)
+while its last read failed or while a read has run past `--read-timeout`;
+`memwal_read_age_seconds` says how old its last good figures are. An outage
+is logged once, when it starts, and its end once.
 
 What keeping a table costs comes from the services' outcome records: the
 requests every recorded run made through memwal's store, by kind (the
@@ -22,16 +29,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import signal
+import math
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from memwal_core.errors import BadInputError, MemwalError, first_line
@@ -44,8 +50,10 @@ from memwal_core.storage.options import StorageOptions
 
 log = logging.getLogger("memwal")
 
-# Tables read at once; each read also runs its regions in parallel on the table's own pool.
-TABLES_AT_ONCE = 8
+# Seconds a scrape waits for the reads it started: well inside Prometheus's default scrape timeout (10 s).
+# A scrape that announces a shorter timeout waits half of it.
+SCRAPE_WAIT = 5.0
+SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 
 # name, help, value of a region's figures (None: unknown, no sample).
 RegionFigure = tuple[str, str, Callable[[RegionWatch, float], float | None]]
@@ -82,74 +90,141 @@ REGION_FIGURES: list[RegionFigure] = [
 ]
 
 
-@dataclass
 class WatchedTable:
-    """One table the exporter reads: opened on first use, its last reading or the error that stopped it."""
+    """One table the exporter reads, one read at a time on a thread of its own.
 
-    uri: str
-    options: StorageOptions
-    backoff: Backoff = EVERY_READ
-    watch: TableWatch | None = None
-    reading: TableReading | None = None
-    error: str | None = None
-    # The table could not even be opened, and no retry can fix that (no such table, no MemWAL).
-    refused: bool = False
+    Keeps the last good reading and whether the table is down (`error`, the last read's failure or its
+    overdue read); the table is opened on the first read that can.
+    """
 
-    def read(self) -> None:
+    def __init__(self, uri: str, options: StorageOptions, backoff: Backoff = EVERY_READ) -> None:
+        self.uri = uri
+        self.options = options
+        self.backoff = backoff
+        self.watch: TableWatch | None = None
+        self.reading: TableReading | None = None
+        self.error: str | None = None
+        # The table could not even be opened, and no retry can fix that (no such table, no MemWAL).
+        self.refused = False
+        # When the figures date from until a read succeeds: the exporter's start.
+        self._since = time.time()
+        self._lock = threading.Lock()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._started = -math.inf  # monotonic start of the last read
+
+    def start_read(self, interval: float) -> bool:
+        """Start a read unless one is in flight or the last started under `interval` ago; whether it did."""
+        with self._lock:
+            now = time.monotonic()
+            if not self._idle.is_set() or now - self._started < interval:
+                return False
+            self._started = now
+            self._idle.clear()
+        threading.Thread(target=self._read, name=f"memwal-metrics-read {self.uri}", daemon=True).start()
+        return True
+
+    def wait(self, until: float | None) -> None:
+        """Until the read in flight ends, or the monotonic time `until`."""
+        self._idle.wait(None if until is None else max(0.0, until - time.monotonic()))
+
+    def check_deadline(self, seconds: float) -> None:
+        """A read in flight for more than `seconds` puts the table down; its thread runs on until storage's
+        own time limits end it, and no other read of the table starts meanwhile."""
+        with self._lock:
+            if not self._idle.is_set() and time.monotonic() - self._started > seconds:
+                self._down(f"no read finished within {seconds:g} s")
+
+    def served(self) -> tuple[TableReading | None, float]:
+        """The reading to serve (None while the table is down) and when the last good one was taken."""
+        with self._lock:
+            since = self._since if self.reading is None else self.reading.read_at
+            return (self.reading if self.error is None else None), since
+
+    def own_requests(self) -> dict[str, int]:
+        """The exporter's requests on the table by kind, every read since it opened it (failed ones too)."""
+        watch = self.watch
+        return by_kind(watch.table.store.stats.lifetime()) if watch is not None else {}
+
+    def _read(self) -> None:
         try:
             if self.watch is None:
                 self.watch = TableWatch(
                     MemWalTable.open(self.uri, self.options.for_service("metrics")), self.backoff
                 )
-            self.reading = self.watch.read()
+            reading = self.watch.read()
         except MemwalError as exc:
-            self.refused = self.watch is None and isinstance(exc, BadInputError)
-            self._failed(first_line(exc))
+            self._failed(first_line(exc), refused=self.watch is None and isinstance(exc, BadInputError))
             return
         except Exception as exc:  # a reading must not stop the exporter; one line, as the CLI reports
             self._failed(f"{type(exc).__name__}: {first_line(exc)}")
             return
-        if self.error is not None:
-            log.info("memwal metrics: %s is readable again", self.uri)
-        self.error = None
+        with self._lock:
+            self._idle.set()
+            if self.error is not None:
+                log.info("memwal metrics: %s is readable again", self.uri)
+            self.reading, self.error = reading, None
 
-    def own_requests(self) -> dict[str, int]:
-        """The exporter's requests on the table by kind, every read since it opened it (failed ones too)."""
-        return by_kind(self.watch.table.store.stats.lifetime()) if self.watch is not None else {}
+    def _failed(self, message: str, *, refused: bool = False) -> None:
+        with self._lock:
+            self._idle.set()
+            self.refused = refused
+            self._down(message)
 
-    def _failed(self, message: str) -> None:
-        if message != self.error and not self.refused:  # once per new error, not per scrape; refusals exit
+    def _down(self, message: str) -> None:
+        """Called under the lock. Logged once per outage: the error text may differ from read to read
+        (Lance's names the milliseconds its retries took)."""
+        if self.error is None:
             log.warning("memwal metrics: %s cannot be read: %s", self.uri, message)
-        self.error, self.reading = message, None
+        self.error = message
 
 
 class TablesCollector(Collector):
-    """Prometheus collector over the watched tables, reading them at most once per `interval`."""
+    """Prometheus collector over the watched tables, each read at most once per `interval`."""
 
-    def __init__(self, tables: list[WatchedTable], *, interval: float, lag_threshold: float) -> None:
+    def __init__(
+        self, tables: list[WatchedTable], *, interval: float, lag_threshold: float, read_timeout: float
+    ) -> None:
         self.tables = tables
         self.interval = interval
         self.lag_threshold = lag_threshold
-        self._lock = threading.Lock()
-        self._read_at: float | None = None
+        self.read_timeout = read_timeout
 
-    def refresh(self) -> None:
-        """Read every table now (tables in parallel)."""
-        with ThreadPoolExecutor(min(TABLES_AT_ONCE, len(self.tables))) as pool:
-            list(pool.map(WatchedTable.read, self.tables))
-        self._read_at = time.monotonic()
+    def refresh(self, wait: float | None) -> None:
+        """Start the reads that are due and wait for them, at most `wait` seconds (None: until they end)."""
+        started = [table for table in self.tables if table.start_read(self.interval)]
+        until = None if wait is None else time.monotonic() + min(wait, self.read_timeout)
+        for table in started:
+            table.wait(until)
+        for table in self.tables:
+            table.check_deadline(self.read_timeout)
+
+    def scrape(self, headers: Mapping[str, str], registry: CollectorRegistry) -> tuple[bytes, str]:
+        """One scrape's answer, in the format its Accept header asks for: reads due started and waited
+        for (at most `SCRAPE_WAIT`, or half the timeout the scrape announces), then what is known."""
+        wait = SCRAPE_WAIT
+        announced = headers.get(SCRAPE_TIMEOUT_HEADER)
+        with contextlib.suppress(ValueError):
+            wait = min(wait, float(announced or "inf") / 2)
+        self.refresh(wait)
+        encoder, content_type = choose_encoder(headers.get("Accept", ""))
+        return encoder(registry), content_type
 
     def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            if self._read_at is None or time.monotonic() - self._read_at >= self.interval:
-                self.refresh()
-            yield from self._families(time.time())
+        yield from self._families(time.time())
 
     def _families(self, now: float) -> Iterator[Metric]:
         def table_gauge(name: str, text: str) -> GaugeMetricFamily:
             return GaugeMetricFamily(f"memwal_{name}", text, labels=["table"])
 
-        up = table_gauge("table_up", "1 if the last read of the table succeeded, else 0.")
+        up = table_gauge(
+            "table_up",
+            "1 if the last read of the table succeeded and none has run past --read-timeout, else 0.",
+        )
+        age = table_gauge(
+            "read_age_seconds",
+            "Seconds since the last successful read of the table began (since the exporter started, before one).",
+        )
         threshold = table_gauge(
             "lag_threshold_seconds", "The merge lag above which the table is behind (alerts, freshness)."
         )
@@ -201,9 +276,10 @@ class TablesCollector(Collector):
         )
         for table in self.tables:
             labels = [table.uri]
-            up.add_metric(labels, 0 if table.reading is None else 1)
+            reading, since = table.served()
+            up.add_metric(labels, 0 if reading is None else 1)
+            age.add_metric(labels, max(0.0, now - since))
             threshold.add_metric(labels, self.lag_threshold)
-            reading = table.reading
             if reading is None:
                 continue
             for name, number in (
@@ -236,6 +312,7 @@ class TablesCollector(Collector):
                     if figure is not None:
                         regions[name].add_metric([table.uri, region.region], figure)
         yield up
+        yield age
         yield threshold
         yield from table_figures.values()
         for gauges in outcome_gauges.values():
@@ -260,34 +337,36 @@ def run_metrics(args: argparse.Namespace) -> int:
         options = StorageOptions.parse(args.storage_option)
         backoff = Backoff(tick=args.interval, bound=max_probe_interval(args))
         tables = [WatchedTable(uri, options, backoff) for uri in dict.fromkeys(args.tables)]
-        collector = TablesCollector(tables, interval=args.interval, lag_threshold=args.lag_threshold)
-        collector.refresh()
     except MemwalError as exc:
         print(f"memwal metrics: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    refused = [t for t in tables if t.refused]
-    if refused:  # the wrong table named: say so rather than serve a table that can never be read
-        print(f"memwal metrics: error: {refused[0].error}", file=sys.stderr)
+    collector = TablesCollector(
+        tables, interval=args.interval, lag_threshold=args.lag_threshold, read_timeout=args.read_timeout
+    )
+    # Printing waits for every read (storage's time limits end them); serving starts after one scrape's wait.
+    collector.refresh(None if args.listen is None else SCRAPE_WAIT)
+    if any(t.refused for t in tables):  # the wrong table named (its error logged): do not serve it forever
         return BadInputError.exit_code
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     if args.listen is None:
         sys.stdout.write(generate_latest(registry).decode())
-        return 0 if all(t.reading is not None for t in tables) else 1
+        return 0 if all(t.served()[0] is not None for t in tables) else 1
+    from memwal_core.cli.metrics_server import serve
+
     host, port = args.listen
+
+    def listening() -> None:
+        print(
+            f"memwal metrics: serving http://{host}:{port}/metrics for {len(tables)} table(s)",
+            file=sys.stderr,
+        )
+
     try:
-        server, thread = start_http_server(port, addr=host, registry=registry)
+        serve(host, port, lambda headers: collector.scrape(headers, registry), listening)
     except OSError as exc:
         print(
             f"memwal metrics: error: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr
         )
         return 1
-    print(f"memwal metrics: serving http://{host}:{port}/metrics for {len(tables)} table(s)", file=sys.stderr)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    with contextlib.suppress(KeyboardInterrupt):
-        stop.wait()
-    server.shutdown()
-    thread.join(timeout=5)
     return 0

@@ -60,7 +60,13 @@ def render(result: ServiceResult) -> str:
     form = _FORMS.get(type(result).__name__)
     if form is None:
         raise TypeError(f"no text form for {type(result).__name__}")
-    return form(result)
+    throttled = result.throttled
+    if not throttled.responses:
+        return form(result)
+    return (
+        f"{form(result)}\n  throttled: storage asked to slow down {plural(throttled.responses, 'time')}; "
+        f"requests waited {throttled.seconds:.1f} s on it"
+    )
 
 
 def _form(name: str) -> Callable[[Callable[[Any], str]], Callable[[Any], str]]:

@@ -9,7 +9,8 @@ records instead of the orchestrator's database, so a table's outcomes are the
 same whoever ran the service.
 
 Each record also sums what the service's runs cost: their storage requests
-through memwal's own store, by kind (Lance's own requests are not seen there).
+through memwal's own store, by kind, and the store's "slow down" answers to them
+with the seconds they waited (Lance's own requests are not seen there).
 GC's carries what the table holds by kind as its last run listed it (`stored`,
 `stored_at`). Records written before these fields read as zero and nothing.
 
@@ -30,6 +31,7 @@ from typing import Any
 from memwal_core.errors import MemwalError, NotFoundError, StorageError, first_line
 from memwal_core.format.naming import OUTCOME_DIR
 from memwal_core.storage.object_store import ObjectStore, RequestStats, by_kind
+from memwal_core.storage.retry import NOT_THROTTLED, Throttled
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,8 @@ class Outcome:
     # What the table holds by kind as the last run that listed every region found it, and when (GC's).
     stored: Mapping[str, Stored] = field(default_factory=dict)
     stored_at: float | None = None
+    # Throttled answers to those requests, and the seconds waited on them, summed like `requests`.
+    throttled: Throttled = NOT_THROTTLED
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -85,6 +89,7 @@ class Outcome:
             "requests": dict(sorted(self.requests.items())),
             "stored": {k: [s.objects, s.bytes] for k, s in sorted(self.stored.items())},
             "stored_at": self.stored_at,
+            "throttled": [self.throttled.responses, self.throttled.seconds],
         }
 
     @classmethod
@@ -94,6 +99,7 @@ class Outcome:
             str(k): Stored(int(v[0]), None if v[1] is None else int(v[1]))
             for k, v in data.get("stored", {}).items()
         }
+        responses, seconds = data.get("throttled", (0, 0.0))
         return cls(
             service=str(data["service"]),
             at=float(data["at"]),
@@ -104,6 +110,7 @@ class Outcome:
             requests={str(k): int(v) for k, v in data.get("requests", {}).items()},
             stored=stored,
             stored_at=None if data.get("stored_at") is None else float(data["stored_at"]),
+            throttled=Throttled(int(responses), float(seconds)),
         )
 
     def then(
@@ -116,9 +123,10 @@ class Outcome:
         succeeded: Iterable[str],
         requests: Mapping[str, int] | None = None,
         stored: Mapping[str, Stored] | None = None,
+        throttled: Throttled = NOT_THROTTLED,
     ) -> Outcome:
         """The record after another run: regions that failed again count up, those that worked drop out;
-        the run's `requests` (by kind) add up; `stored`, if the run found it, replaces the last."""
+        the run's `requests` (by kind) and `throttled` add up; `stored`, if the run found it, replaces the last."""
         cleared = set(succeeded)
         failing = {r: f for r, f in self.failing.items() if r not in cleared and r not in failed}
         for region, message in failed.items():
@@ -129,7 +137,18 @@ class Outcome:
         total = Counter(self.requests)
         total.update(requests or {})
         found, found_at = (self.stored, self.stored_at) if stored is None else (stored, at)
-        return Outcome(self.service, at, ok, error, last_success, failing, dict(total), found, found_at)
+        return Outcome(
+            self.service,
+            at,
+            ok,
+            error,
+            last_success,
+            failing,
+            dict(total),
+            found,
+            found_at,
+            self.throttled + throttled,
+        )
 
 
 def outcome_path(service: str) -> str:
@@ -169,9 +188,11 @@ def record_outcome(
     try:
         before = read_outcome(store, service) or Outcome(service, 0.0, True)
         run: dict[str, int] = {}
+        throttled = NOT_THROTTLED
         if requests is not None:  # and this record's write: one PUT
             run = by_kind(requests.snapshot())
             run["PUT"] += 1
+            throttled = requests.throttling.snapshot()
         after = before.then(
             at=at,
             ok=ok,
@@ -180,6 +201,7 @@ def record_outcome(
             succeeded=succeeded,
             requests=run,
             stored=stored,
+            throttled=throttled,
         )
         store.write(outcome_path(service), json.dumps(after.to_json(), sort_keys=True).encode())
     except (MemwalError, OSError) as exc:

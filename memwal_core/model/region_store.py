@@ -159,18 +159,21 @@ class RegionManifestStore:
         """
         return self.path(version + 1)
 
-    def read_latest(self, known: int | RegionManifest | None = None) -> RegionManifest:
+    def read_latest(
+        self, known: int | RegionManifest | None = None, *, moved: bool = False
+    ) -> RegionManifest:
         """The newest manifest; NotFoundError if the region has none.
 
         `known`: a version believed to exist (or its manifest), checked with one HEAD of the
         next version instead of reading the hint. If that next version exists, `known` is
         stale (a region snapshot a week old, with a week of versions since): probing goes on
         from the hint when it names a later version, so a stale `known` costs the hint and
-        one more HEAD, not one HEAD per version since.
+        one more HEAD, not one HEAD per version since. `moved`: the caller has just seen the
+        version after `known` stored (a poller's probe): that HEAD is not made again.
         """
         version = known.version if isinstance(known, RegionManifest) else known or 0
         if version >= 1:
-            if self.store.exists(self.next_path(version)):
+            if moved or self.store.exists(self.next_path(version)):
                 return self._read_from(self.read_hint(), stored=version + 1)
             if isinstance(known, RegionManifest):
                 return known

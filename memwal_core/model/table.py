@@ -241,16 +241,19 @@ class MemWalTable:
     def region_store(self, region: str) -> RegionManifestStore:
         return RegionManifestStore(self.store, region)
 
-    def read_region(self, region: str, known: int | RegionManifest | None = None) -> RegionManifest | None:
+    def read_region(
+        self, region: str, known: int | RegionManifest | None = None, *, moved: bool = False
+    ) -> RegionManifest | None:
         """The region's latest manifest; None for a region with no manifest yet.
 
-        `known`: a version believed current, or its manifest (see `RegionManifestStore.read_latest`).
+        `known`, `moved`: a version believed current, or its manifest, and whether the version after
+        it was just seen stored (see `RegionManifestStore.read_latest`).
 
         A region with flushed generations but no manifest is corrupt, not new:
         its writer claimed it (manifest version 1) before its first flush.
         """
         try:
-            return self.region_store(region).read_latest(known)
+            return self.region_store(region).read_latest(known, moved=moved)
         except NotFoundError:
             generations = [
                 d

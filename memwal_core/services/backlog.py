@@ -183,13 +183,13 @@ def backlog_since(
     backoff: Backoff = EVERY_READ,
     *,
     now: float | None = None,
-    version: int | None = None,
+    version_backoff: Backoff | None = None,
 ) -> SeenBacklog:
     """Every region's backlog, probing only what `backoff` says is due at `now` since `before`.
 
-    The table version is probed (one HEAD of its next manifest) when due, and on every read while
-    a region has pending generations: a merge is what moves it. `version`: the latest, already
-    probed by the caller. The regions are listed when due; between, they are the regions seen
+    The table version is probed (one HEAD of its next manifest) when due (by `version_backoff`,
+    default `backoff`), and on every read while a region has pending generations: a merge is what
+    moves it. The regions are listed when due; between, they are the regions seen
     before. A region not seen before, or whose merge progress moved, is read in full (from its seen
     version or, for a new one, the stored region snapshot's); one seen before is probed (one HEAD of
     its next manifest version) when due and read in full if that exists; the others keep their backlog.
@@ -197,13 +197,12 @@ def backlog_since(
     now = time.time() if now is None else now
     seen = before.seen
     clocks = dict(before.clocks)
-    if version is None:
-        pending = any(b.pending for _v, b in seen.values())
-        if before.version is None or pending or backoff.due(clocks.get(VERSIONS_PROBE), now):
-            version = table.version_after(before.version)
-            clocks[VERSIONS_PROBE] = probed(clocks.get(VERSIONS_PROBE), now, version != before.version)
-        else:
-            version = before.version
+    pending = any(b.pending for _v, b in seen.values())
+    if before.version is None or pending or (version_backoff or backoff).due(clocks.get(VERSIONS_PROBE), now):
+        version = table.version_after(before.version)
+        clocks[VERSIONS_PROBE] = probed(clocks.get(VERSIONS_PROBE), now, version != before.version)
+    else:
+        version = before.version
     details = table.index_details(version)
     listed = backoff.due(clocks.get(LISTING_PROBE), now)
     ids = table.region_ids() if listed else sorted(seen)
@@ -225,7 +224,7 @@ def backlog_since(
     kept = {r: seen[r] for r in same if r not in newer}
     changed = [r for r in ids if r not in kept]
     found = table.store.map(
-        lambda r: table.read_region(r, seen[r][0] if r in seen else hints.get(r)), changed
+        lambda r: table.read_region(r, seen[r][0] if r in seen else hints.get(r), moved=r in newer), changed
     )
     manifests: dict[str, RegionManifest | None] = dict(zip(changed, found, strict=True))
     read = [m for _r, m in sorted(manifests.items()) if m is not None]

@@ -39,6 +39,9 @@ MAX_GRACE_SECONDS = 10 * 365 * 86400.0
 DEFAULT_MAX_PENDING_AGE_SECONDS = 900.0
 # metrics: seconds a reading is served before the tables are read again (Prometheus's usual scrape interval).
 DEFAULT_READ_INTERVAL = 15.0
+# metrics: seconds a read may run before its table counts as down: room for one request that times out
+# (15 s by default) and its retry, well short of the 5 minutes MemwalTableUnreadable waits.
+DEFAULT_READ_TIMEOUT = 30.0
 
 # Where a service's tasks run.
 ENGINES = ("local", "spark")

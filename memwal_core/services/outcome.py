@@ -12,7 +12,9 @@ table it cannot read by itself (`memwal_table_up 0`).
 
 Each record adds up the run's storage requests: the table's store count is
 reset as the run starts and read as its record is written, failed runs too.
-Requests made before (opening the table) and Lance's own are not in it.
+Requests made before (opening the table) and Lance's own are not in it. So do
+the throttled answers among them and the time waited on them, which every run's
+result (a dry run's too) also carries (`throttled`).
 """
 
 from __future__ import annotations
@@ -50,12 +52,14 @@ def recorded(
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
             table = bound.arguments["table"]
-            if bound.arguments.get("dry_run", False):
-                return function(*args, **kwargs)
             requests = table.store.stats
             requests.reset()
+            if bound.arguments.get("dry_run", False):
+                dry: ServiceResult = function(*args, **kwargs)
+                return dry.with_throttled(requests.throttling.snapshot())
             try:
                 result: ServiceResult = function(*args, **kwargs)
+                result = result.with_throttled(requests.throttling.snapshot())
             except MemwalError as exc:
                 if not unrecordable(exc) and not isinstance(exc, BadInputError):
                     record_outcome(

@@ -3,9 +3,9 @@
 Every service returns a frozen `ServiceResult`: the table (its URI), the
 version the service planned at (`read_version`), the version its own commit
 made (`new_version`, None when it committed nothing), whether it was a dry
-run, what failed while the rest went on (`failures`) and how long it took
-(`seconds`). Scripts, the CLI and the Dagster metadata read these names the
-same way for every service.
+run, what failed while the rest went on (`failures`), how long it took
+(`seconds`) and what a throttling store cost it (`throttled`). Scripts, the
+CLI and the Dagster metadata read these names the same way for every service.
 
 `to_json` is generic: every dataclass field (nested results, lists, mappings)
 in the same form, floats rounded to 0.1 ms and never NaN (strict JSON). A
@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any, ClassVar, Self
 
 from memwal_core.errors import MemwalError
+from memwal_core.storage.retry import NOT_THROTTLED, Throttled
 
 FLOAT_DIGITS = 4
 # Field metadata of what a result carries for its callers but does not print (a plan, live outcomes).
@@ -99,6 +100,13 @@ class ServiceResult(JsonRecord):
     dry_run: bool = False
     failures: list[Failure] = field(default_factory=list)
     seconds: float
+    # The store's "slow down" answers to memwal's own requests, and the seconds they waited on them
+    # (Lance's requests retry inside Lance, unseen).
+    throttled: Throttled = NOT_THROTTLED
+
+    def with_throttled(self, throttled: Throttled) -> Self:
+        """This result, saying what throttling cost the run (known to whoever counted its requests)."""
+        return replace(self, throttled=throttled)
 
     @property
     def version_after(self) -> int:

@@ -5,8 +5,9 @@ interval) and keeps what it read: a region whose manifest has no newer
 version and whose merge progress did not move costs one HEAD when its probe
 is due (`backlog_since` and its backoff, the sensor tick's read), a changed
 one its manifest and, with a backlog, one LIST for the age of its oldest
-pending generation. Every read costs one HEAD of the next table version (a
-merge shows at once, and a table that cannot be read says so); the region
+pending generation. The next table version is probed (one HEAD) on every
+read while generations are pending (a merge shows at once), else at least
+once a minute (a table that cannot be read says so); the region
 listing, the four outcome records (`model/outcomes.py`) and one HEAD proving
 the oldest stored version is still the oldest are read when due, the
 outcomes also on every read while a new version or a backlog says a service
@@ -73,6 +74,9 @@ class TableReading:
     outcomes: dict[str, Outcome]
 
 
+# However quiet a table, a read probes its version at least this often: a storage outage shows in `up`.
+READABLE_WITHIN = 60.0
+
 # The exporter's own table-level probes, beside the backlog's (backlog.py), named after what they read.
 OUTCOMES_PROBE = OUTCOME_DIR
 OLDEST_PROBE = "oldest_version"
@@ -100,9 +104,11 @@ class TableWatch:
         table.store.stats.reset()
         started = time.perf_counter()
         before = self._watched.version
-        # One HEAD per read however quiet the table: it proves the table readable and shows a merge at once.
-        version = table.version_after(before)
-        found = backlog_since(table, self._watched, self.backoff, now=now, version=version)
+        # The table's version is probed on every read while generations are pending (a merge shows at
+        # once), else at least every READABLE_WITHIN seconds: it proves the table readable.
+        proof = Backoff(self.backoff.tick, min(self.backoff.bound, READABLE_WITHIN))
+        found = backlog_since(table, self._watched, self.backoff, now=now, version_backoff=proof)
+        version = found.backlog.table_version
         self._watched = found.watched
         self._manifests = {
             r.region: found.manifests.get(r.region, self._manifests.get(r.region))

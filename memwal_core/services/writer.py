@@ -75,6 +75,7 @@ from memwal_core.model.rows import conform, iter_tables, key_rows
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.defaults import MAX_WAL_FLUSH_INTERVAL_MS
 from memwal_core.storage.options import StorageOptions
+from memwal_core.storage.retry import Throttled
 
 if TYPE_CHECKING:
     from lance.mem_wal import ShardWriter
@@ -662,6 +663,12 @@ class MemWalWriter:
             region: {**asdict(counters), **self._merged_native_stats(region, self._writers.get(region))}
             for region, counters in sorted(self._counters.items())
         }
+
+    @property
+    def throttled(self) -> Throttled:
+        """The store's "slow down" answers to this writer's own requests since it opened, and the seconds
+        they waited (Lance's writer retries its requests inside Lance, unseen)."""
+        return self.table.store.stats.throttling.lifetime()
 
     @property
     def regions(self) -> list[str]:

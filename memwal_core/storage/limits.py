@@ -23,9 +23,13 @@ from memwal_core.errors import BadInputError
 # healthy store answers metadata in milliseconds and moves a Lance part of a few MB in about a second.
 DEFAULT_TIMEOUT = "15s"
 DEFAULT_CONNECT_TIMEOUT = "5s"
-# Lance retries a failed request until this many seconds have passed (its default is 180).
+# Lance retries a failed request until this many seconds have passed (its default is 180); memwal
+# retries a throttled one (`503 SlowDown`) while an attempt can still end within it.
 DEFAULT_RETRY_TIMEOUT = "50"
-DEFAULT_MAX_RETRIES = "3"
+# And at most this many times (object_store's own default). Its backoff starts at 0.1 s and hardly
+# grows, and Lance's throttle layer tries the whole again 3 times: Lance's requests ride out about
+# 18 s of throttling at 10, 5 s at 3 (measured behind tests/support/proxy.py's ThrottlingProxy).
+DEFAULT_MAX_RETRIES = "10"
 # What Lance is handed when the user set nothing: the defaults above.
 LANCE_DEFAULTS = {
     "timeout": DEFAULT_TIMEOUT,

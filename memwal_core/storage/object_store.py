@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from memwal_core.storage.retry import ThrottleClock
+
 T = TypeVar("T")
 _POOL_PREFIX = "memwal-io"
 # How long a new pool's threads wait for each other to start (a limit on threads only breaks the wait).
@@ -133,12 +135,14 @@ class RequestStats:
 
     `reset` starts a new count (a service's run, a monitoring read); `lifetime` keeps counting
     through resets, for a reader that keeps its store open (the exporter's requests).
+    `throttling` counts the store's "slow down" answers and the time requests waited on them.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._lifetime: Counter[str] = Counter()
+        self.throttling = ThrottleClock()
 
     def add(self, kind: str, n: int = 1) -> None:
         with self._lock:
@@ -161,6 +165,7 @@ class RequestStats:
     def reset(self) -> None:
         with self._lock:
             self._counts.clear()
+        self.throttling.reset()
 
 
 class ObjectStore(ABC):

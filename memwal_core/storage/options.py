@@ -90,6 +90,16 @@ _LANCE_KEYS = [
     "aws_token",
     "expires_at_millis",
     "refresh_offset_millis",
+    # Lance's throttle layer (over its object store's own retries): its request rate and retries.
+    "lance_aimd_initial_rate",
+    "lance_aimd_min_rate",
+    "lance_aimd_max_rate",
+    "lance_aimd_decrease_factor",
+    "lance_aimd_additive_increment",
+    "lance_aimd_burst_capacity",
+    "lance_aimd_max_retries",
+    "lance_aimd_min_backoff_ms",
+    "lance_aimd_max_backoff_ms",
 ]
 # memwal's own options: never handed to Lance.
 MAX_CONCURRENT_REQUESTS = "max_concurrent_requests"

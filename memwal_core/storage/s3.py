@@ -5,7 +5,10 @@ bindings: signing, HTTP and XML parsing run in Rust with the GIL released,
 about a third of the CPU per request of the hand-written SigV4 client over
 urllib3 it replaced (docs/width.md, "CPU per request"). Its own retries are
 off: memwal's `RetryPolicy` decides, so a conditional put whose answer was
-lost is settled by reading the object back, never by a blind second put.
+lost is settled by reading the object back, never by a blind second put. A
+throttled request is retried within `client_retry_timeout` without honouring
+`Retry-After`: object_store keeps only a failed response's status and body
+(`RetryError`), so its headers never reach Python.
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ TRANSIENT_CODES = frozenset(
         "ConditionalRequestConflict",
     }
 )
+# What a store says when it wants fewer requests (with 503 or 429): retried within the time budget.
+THROTTLE_CODES = frozenset(
+    {"SlowDown", "Throttling", "ThrottlingException", "TooManyRequests", "RequestLimitExceeded"}
+)
+THROTTLE_STATUSES = frozenset({429, 503})
 _STATUS = re.compile(r"status code: (\d{3})")
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
 # How long a credential from botocore's chain is used before it is asked again (it refreshes its own).
@@ -76,9 +84,18 @@ class _Failure:
         self.kind = type(exc).__name__
 
     @property
+    def throttled(self) -> bool:
+        """The store asked for fewer requests (S3's `503 SlowDown`, a `429`): it will answer later."""
+        return self.code in THROTTLE_CODES or self.status in THROTTLE_STATUSES
+
+    @property
     def transient(self) -> bool:
         return (
-            self.transport or self.code in TRANSIENT_CODES or (self.status or 0) >= 500 or self.status == 409
+            self.transport
+            or self.throttled
+            or self.code in TRANSIENT_CODES
+            or (self.status or 0) >= 500
+            or self.status == 409
         )
 
     def name(self) -> str:
@@ -214,7 +231,10 @@ class S3Store(ObjectStore):
 
         try:
             return self.retry.run(
-                attempt, lambda exc: isinstance(exc, _OBSTORE_ERRORS) and _Failure(exc).transient
+                attempt,
+                lambda exc: isinstance(exc, _OBSTORE_ERRORS) and _Failure(exc).transient,
+                is_throttled=lambda exc: isinstance(exc, _OBSTORE_ERRORS) and _Failure(exc).throttled,
+                clock=self.stats.throttling,
             )
         except _OBSTORE_ERRORS as exc:
             raise self._error(kind, path, _Failure(exc)) from None
@@ -230,6 +250,11 @@ class S3Store(ObjectStore):
         if failure.denied:
             return StorageError(f"access to {where} denied ({failure.name()})")
         endpoint = self.endpoint or "S3"
+        if failure.throttled:
+            return StorageError(
+                f"{kind} of {where} failed: {endpoint} still asked to slow down ({failure.name()}) when "
+                f"its {self.limits.total:g} s of retries ran out (storage option client_retry_timeout)"
+            )
         if failure.timed_out:
             return StorageError(
                 f"storage did not answer: {endpoint} gave no full reply for {where} within "

@@ -3,7 +3,8 @@
 The alert rules in docs/deploy/ are checked and unit-tested with `promtool`, then
 evaluated by a live Prometheus (Debian's package) scraping the exporter every
 second: the demo table falls behind, a region's merges keep failing, and both
-alerts resolve once the table is merged.
+alerts resolve once the table is merged; once the exporter stops, the alerts on
+its target and on absent metrics are pending.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def test_promtool_checks_and_unit_tests_the_shipped_alert_rules() -> None:
     promtool = prometheus_binary("promtool")
     checked = subprocess.run([promtool, "check", "rules", str(ALERT_RULES)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "4 rules found" in checked.stdout
+    assert "6 rules found" in checked.stdout
     tested = subprocess.run(
         [promtool, "test", "rules", str(ALERT_RULES.with_suffix(".test.yml"))], capture_output=True, text=True
     )
@@ -172,3 +173,13 @@ def test_prometheus_scrapes_the_exporter_and_the_alerts_fire_and_resolve(tmp_pat
         # region's manifest.
         requests = server.value("memwal_read_requests")
         assert requests is not None and requests <= 3 + 10
+
+        # The exporter stops: its scrape fails and its series go stale; both alerts wait out their `for`.
+        exporter.stop()
+        wait_for(
+            "the exporter down and the metrics absent",
+            lambda: (
+                {a["alertname"] for a in server.alerts("pending")}
+                >= {"MemwalExporterDown", "MemwalMetricsAbsent"}
+            ),
+        )

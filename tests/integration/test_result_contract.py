@@ -1,4 +1,4 @@
-"""Every service's result on a real table: the six common fields, and strict JSON (the `--json` contract)."""
+"""Every service's result on a real table: the seven common fields, and strict JSON (the `--json` contract)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from memwal_core.services.status import status
 from tests.support.schema import SCHEMA, make_table, source_rows
 from tests.unit.services.results import service_result_types
 
-COMMON = {"table", "read_version", "new_version", "dry_run", "failures", "seconds"}
+COMMON = {"table", "read_version", "new_version", "dry_run", "failures", "seconds", "throttled"}
 
 
 def assert_contract(result: ServiceResult, uri: str) -> dict[str, object]:
@@ -39,6 +39,7 @@ def assert_contract(result: ServiceResult, uri: str) -> dict[str, object]:
     assert payload["new_version"] is None or payload["new_version"] > payload["read_version"], name
     assert isinstance(payload["dry_run"], bool) and payload["failures"] == [], name
     assert isinstance(payload["seconds"], float) and payload["seconds"] >= 0, name
+    assert payload["throttled"] == {"responses": 0, "seconds": 0.0}, f"{name}: local disk never throttles"
     if payload["dry_run"]:
         assert payload["new_version"] is None, f"{name}: a dry run commits nothing"
     return payload

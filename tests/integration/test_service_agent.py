@@ -7,7 +7,6 @@ User-Agent the user set is theirs and is kept.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections import Counter
 from typing import Any
@@ -16,7 +15,7 @@ from memwal_core.demo import write_demo_table
 from memwal_core.model.table import MemWalTable
 from memwal_core.storage.options import StorageOptions
 from tests.support.cli import option_flags, run_cli
-from tests.support.proxy import LatencyProxy
+from tests.support.proxy import LatencyProxy, user_agent
 
 
 class AgentProxy(LatencyProxy):
@@ -27,9 +26,8 @@ class AgentProxy(LatencyProxy):
         super().__init__(upstream_port)
 
     def on_request_head(self, line: str, head: bytes) -> object:
-        found = re.search(rb"(?im)^user-agent:\s*([^\r\n]*)", head)
         with self._lock:
-            self.agents[found.group(1).decode() if found else ""] += 1
+            self.agents[user_agent(head)] += 1
         return self.on_request(line)
 
 

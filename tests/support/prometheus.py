@@ -76,6 +76,10 @@ class OneProcess(LoopbackService):
         """Return once the server answers; raise OSError while it does not."""
         raise NotImplementedError
 
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
     def _running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
@@ -115,27 +119,36 @@ class OneProcess(LoopbackService):
 
 
 class Exporter(OneProcess):
-    """`memwal metrics TABLE... --listen 127.0.0.1:PORT` in a process of its own."""
+    """`memwal metrics TABLE... --listen 127.0.0.1:PORT` in a process of its own.
+
+    `open_files` caps its file descriptors (systemd's default soft limit is 1,024).
+    """
 
     log_name = "exporter.log"
 
-    def __init__(self, tables: Sequence[str], *args: str) -> None:
+    def __init__(self, tables: Sequence[str], *args: str, open_files: int | None = None) -> None:
         super().__init__("memwal-exporter-")
         self.tables = list(tables)
         self.args = list(args)
+        self.open_files = open_files
 
     @property
     def target(self) -> str:
         return f"{LOOPBACK}:{self.port}"
 
-    def scrape(self) -> str:
-        with urllib.request.urlopen(f"http://{self.target}/metrics", timeout=30) as response:
+    def scrape(self, timeout: float = 30) -> str:
+        with urllib.request.urlopen(f"http://{self.target}/metrics", timeout=timeout) as response:
             text: str = response.read().decode()
             return text
 
+    def log(self) -> str:
+        """What the exporter wrote to stdout and stderr so far."""
+        return (self.root / self.log_name).read_text(errors="replace")
+
     def _command(self) -> list[str]:
+        limit = [] if self.open_files is None else ["prlimit", f"--nofile={self.open_files}", "--"]
         memwal = [sys.executable, "-m", "memwal_core.cli.main", "metrics"]
-        return [*memwal, *self.tables, "--listen", self.target, *self.args]
+        return [*limit, *memwal, *self.tables, "--listen", self.target, *self.args]
 
     def _ready(self) -> None:
         self.scrape()

@@ -10,6 +10,8 @@ port and every connection.
 from __future__ import annotations
 
 import contextlib
+import math
+import re
 import socket
 import threading
 import time
@@ -26,6 +28,12 @@ def request_line(chunk: bytes) -> str | None:
     if not chunk.startswith(_METHODS):
         return None
     return chunk.split(b"\r\n", 1)[0].decode(errors="replace")
+
+
+def user_agent(head: bytes) -> str:
+    """The User-Agent a request's head names ("" without one)."""
+    found = re.search(rb"(?im)^user-agent:\s*([^\r\n]*)", head)
+    return found.group(1).decode(errors="replace") if found else ""
 
 
 class ForwardingProxy(InProcessListener):
@@ -45,6 +53,10 @@ class ForwardingProxy(InProcessListener):
         threading.Thread(target=self._requests, args=(connection, upstream, doomed), daemon=True).start()
         threading.Thread(target=self._responses, args=(upstream, connection, doomed), daemon=True).start()
 
+    def storage_options(self, options: dict[str, str]) -> dict[str, str]:
+        """`options` (a SeaweedServer's) with the endpoint pointing at this proxy."""
+        return {**options, "aws_endpoint": self.url}
+
     def on_request(self, line: str) -> object:
         """Called before a request is forwarded; anything truthy dooms the answers on this connection."""
         return False
@@ -52,6 +64,11 @@ class ForwardingProxy(InProcessListener):
     def on_request_head(self, line: str, head: bytes) -> object:
         """`on_request`, for a proxy that also reads the request's headers (`head`: the chunk it starts)."""
         return self.on_request(line)
+
+    def answer_here(self, line: str) -> bytes | None:
+        """A response the proxy gives in the server's place (None: forward the request); the request
+        then never reaches the server, and its body is read and dropped."""
+        return None
 
     def answer_doomed(self, choice: object, client: socket.socket) -> bool:
         """The server answered a doomed request (so applied it); False stops forwarding on the connection.
@@ -64,6 +81,11 @@ class ForwardingProxy(InProcessListener):
         with contextlib.suppress(OSError):
             while chunk := client.recv(65536):
                 line = request_line(chunk)
+                answer = self.answer_here(line) if line is not None else None
+                if answer is not None:
+                    _drop_body(client, chunk)
+                    client.sendall(answer)
+                    continue
                 choice = self.on_request_head(line, chunk) if line is not None else None
                 if choice:
                     doomed.append(choice)
@@ -80,6 +102,15 @@ class ForwardingProxy(InProcessListener):
         for sock in (client, upstream):
             with contextlib.suppress(OSError):
                 sock.close()
+
+
+def _drop_body(client: socket.socket, head: bytes) -> None:
+    """Read the rest of the request `head` starts (by its Content-Length), so the connection stays usable."""
+    headers, _, body = head.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length:\s*(\d+)", headers)
+    left = (int(length.group(1)) if length else 0) - len(body)
+    while left > 0 and (chunk := client.recv(min(left, 65536))):
+        left -= len(chunk)
 
 
 class LatencyProxy(ForwardingProxy):
@@ -119,6 +150,58 @@ class LatencyProxy(ForwardingProxy):
             self.counts.clear()
             self.lines.clear()
 
-    def storage_options(self, options: dict[str, str]) -> dict[str, str]:
-        """`options` (a SeaweedServer's) with the endpoint pointing at this proxy."""
-        return {**options, "aws_endpoint": self.url}
+
+_SLOW_DOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
+
+
+class ThrottlingProxy(ForwardingProxy):
+    """Answers `503 SlowDown` for `throttled` seconds out of every `period`, as S3 does under a burst.
+
+    Only requests whose request line `matching` finds are throttled (all, by default), and the cycle
+    starts with the first of them (so every run meets a throttled stretch at once). A throttled
+    request never reaches the server, and its answer's `Retry-After` says when the stretch ends (whole
+    seconds, rounded up). `throttled` keeps the request lines answered so; `forwarded` counts the rest.
+    """
+
+    def __init__(
+        self, upstream_port: int, *, period: float = 6.0, throttled: float = 2.0, matching: str = ""
+    ) -> None:
+        self.period = period
+        self.throttled_for = throttled
+        self.matching = re.compile(matching)
+        self.throttled: list[str] = []
+        self.forwarded = 0
+        self._started: float | None = None
+        self._lock = threading.Lock()
+        super().__init__(upstream_port, "throttling-proxy")
+
+    def answer_here(self, line: str) -> bytes | None:
+        if not self.matching.search(line):
+            with self._lock:
+                self.forwarded += 1
+            return None
+        with self._lock:
+            now = time.monotonic()
+            if self._started is None:
+                self._started = now
+            left = self.throttled_for - (now - self._started) % self.period
+            if left <= 0:
+                self.forwarded += 1
+                return None
+            self.throttled.append(line)
+        body = b"" if line.startswith("HEAD ") else _SLOW_DOWN
+        head = (
+            f"HTTP/1.1 503 Slow Down\r\nRetry-After: {math.ceil(left)}\r\n"
+            f"Content-Type: application/xml\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        return head.encode() + body
+
+    def restart(self) -> None:
+        """Start a new cycle (throttled first) with the next request, and forget what was counted."""
+        with self._lock:
+            self._started = None
+            self.throttled.clear()
+            self.forwarded = 0

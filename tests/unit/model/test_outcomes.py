@@ -1,5 +1,5 @@
 """What the outcome records sum: storage requests by kind (the one mapping from the stores' operations),
-and what GC found the table holds; records written before these fields load as zero and nothing."""
+throttling, and what GC found the table holds; records written before these fields load as zero and nothing."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 import memwal_core.storage
 from memwal_core.model.outcomes import GC, MERGE, Outcome, Stored, read_outcome, record_outcome
 from memwal_core.storage.object_store import OPERATION_KINDS, REQUEST_KINDS, by_kind
+from memwal_core.storage.retry import Throttled
 from memwal_core.storage.stores import open_store
 
 # A record as memwal wrote it before it counted requests or stored objects.
@@ -60,6 +61,7 @@ def test_a_local_store_counts_by_kind_and_keeps_its_lifetime_through_resets(tmp_
 def test_an_old_record_loads_with_no_requests_and_nothing_stored(tmp_path: Path) -> None:
     old = Outcome.from_json(OLD_RECORD)
     assert old.requests == {} and old.stored == {} and old.stored_at is None
+    assert old.throttled == Throttled()
     store = open_store(str(tmp_path / "table"))
     store.write(f"_memwal_outcomes/{GC}.json", json.dumps(OLD_RECORD).encode())
     stored = {"wal_entries": Stored(7, None), "region_manifests": Stored(3, 900)}
@@ -80,12 +82,25 @@ def test_requests_add_up_and_what_is_stored_stays_until_a_run_finds_it_again() -
     second = first.then(
         at=20.0, ok=False, error="x", failed={}, succeeded=[], requests={"GET": 3}, stored=found
     )
-    third = second.then(at=30.0, ok=True, error=None, failed={}, succeeded=[], requests={"LIST": 1})
+    third = second.then(
+        at=30.0,
+        ok=True,
+        error=None,
+        failed={},
+        succeeded=[],
+        requests={"LIST": 1},
+        throttled=Throttled(3, 2.5),
+    )
     assert third.requests == {"GET": 5, "PUT": 1, "LIST": 1}
+    assert third.then(
+        at=40.0, ok=True, error=None, failed={}, succeeded=[], throttled=Throttled(1, 0.5)
+    ).throttled == (Throttled(4, 3.0))
     assert third.stored == found and third.stored_at == 20.0, "a run that found nothing keeps the last"
 
 
-@pytest.mark.parametrize("bad", [{"requests": {"GET": "many"}}, {"stored": {"wal_entries": [1]}}])
+@pytest.mark.parametrize(
+    "bad", [{"requests": {"GET": "many"}}, {"stored": {"wal_entries": [1]}}, {"throttled": [1]}]
+)
 def test_a_record_whose_new_fields_are_damaged_is_ignored(tmp_path: Path, bad: dict[str, object]) -> None:
     store = open_store(str(tmp_path / "table"))
     store.write(f"_memwal_outcomes/{GC}.json", json.dumps({**OLD_RECORD, **bad}).encode())

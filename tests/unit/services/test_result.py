@@ -68,6 +68,7 @@ def test_every_field_in_one_form_nested_rounded_and_computed() -> None:
         "dry_run": False,
         "failures": [{"region": "r1", "error": "region r1: gone", "exit_code": 2}],
         "seconds": 1.2346,
+        "throttled": {"responses": 0, "seconds": 0.0},
         "parts": [{"name": "a", "share": 0.3333}],
         "batches": [{"seconds_a": 0.0, "seconds_b": 0.5, "seconds": 0.5}],
         "tags": ["a", "z"],
