@@ -49,7 +49,7 @@ OPTIONS_ENV = "SOAK_STORAGE_OPTIONS"
 HOLD_FILE = "hold-two-step"
 # Seconds a Spark-engine round waits for a region's merge lease.
 SPARK_LEASE_WAIT = 5.0
-# Regions claimed at once when a writer re-claims its regions (each claim replays its WAL).
+# Regions claimed at once when a writer claims or re-claims its regions (each claim replays its WAL).
 RECLAIM_THREADS = 8
 # Each writer's keys that only a stale (woken) process of it writes, and how many puts it tries.
 STALL_KEYS = 4
@@ -137,9 +137,13 @@ def reclaim(uri: str, options: dict[str, str], regions: Sequence[str], memtable_
         finally:
             writer.close()
 
-    mine = [r for r in regions if r in existing]
+    claim_each(claim, [r for r in regions if r in existing])
+
+
+def claim_each(claim: Callable[[str], object], regions: Sequence[str]) -> None:
+    """`claim(region)` for every region, several at once; the first failure is raised once all were tried."""
     with ThreadPoolExecutor(max_workers=RECLAIM_THREADS) as pool:
-        errors = [f.exception() for f in [pool.submit(claim, r) for r in mine]]
+        errors = [f.exception() for f in [pool.submit(claim, r) for r in regions]]
     for error in errors:
         if error is not None:
             raise error
@@ -270,8 +274,9 @@ def stale_writes(writer: Writer, log: OpLog, writer_id: int, seq: int, keys: lis
 def _claim(
     args: argparse.Namespace, options: dict[str, str], pin: str | None, control: Path, regions: list[str]
 ) -> Writer | None:
-    """Open the writer and claim its existing regions, retrying while the store fails (the proxy drops
-    and resets connections). Claiming every region at once (not at its first write) means a writer
+    """Open the writer and claim its existing regions (several at once: one by one, a writer of 21
+    regions took most of a pause to restart), retrying while the store fails (the proxy drops and
+    resets connections). Claiming every region at once (not at its first write) means a writer
     stopped later holds all of them, so each can fence it.
 
     None if asked to stop before that succeeded.
@@ -285,9 +290,7 @@ def _claim(
             writer = open_writer(args.uri, options, pin, args.memtable_rows)
             with MemWalTable(args.uri, options or None) as table:
                 existing = {r for r, m in table.read_regions(regions).items() if m is not None}
-            for region in regions:
-                if region in existing:
-                    writer.claim(region)
+            claim_each(writer.claim, [r for r in regions if r in existing])
             return writer
         except Exception as exc:
             if writer is not None:
@@ -321,12 +324,18 @@ def _pause(
     those whose native writer was dropped after a failure (a fresh claim
     replays and closes them). Regions with nothing to flush keep their claim.
     """
+    from memwal_core.errors import StorageError
+
     try:
         writer.flush()
     except Exception as exc:
         print(f"writer {args.writer}: flush failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
-        if (control / f"stale-{os.getpid()}").exists():
-            return writer  # stopped during the flush and woken as a stale process: no re-claim
+        if isinstance(exc, StorageError) or (control / f"stale-{os.getpid()}").exists():
+            # Flushed again on the next loop. After a storage failure the same writer settles the
+            # regions whose close failed (a claim and a close each); closing it and claiming every
+            # region again, one by one, made a pause of 64 regions take minutes. A stale process
+            # (stopped during the flush and woken) never re-claims.
+            return writer
         _close_quietly(writer)
         return _claim(args, options, plan.pin, control, plan.regions)  # flush again on the next loop
     marker = control / f"paused-{args.writer}"

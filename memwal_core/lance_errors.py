@@ -27,6 +27,13 @@ INCOMPATIBLE_TRANSACTION = "Incompatible transaction"
 PREEMPTED = "Retryable commit conflict"
 # Another writer claimed the region: "Writer fenced (peer claimed epoch)", "writer was fenced during open".
 FENCED = "fenced"
+# A claim whose manifest PUT failed, after which the region's newest manifest held the epoch it meant to
+# claim, or a later one: "Failed to claim shard S (version V): another writer claimed epoch E (>= our
+# target T): <the PUT's error>". Lance's claim writes nothing that names its writer, so another claimer's
+# manifest is byte for byte the one this claim would have written: only the PUT's error tells them apart.
+_CLAIM_TAKEN = re.compile(r"another writer claimed epoch (\d+) \(>= our target (\d+)\): (.*)", re.DOTALL)
+# What a put-if-not-exists that found its object already there says (Lance's and object_store's words).
+ALREADY_EXISTS = "already exists"
 # A WAL write whose response was lost, found applied on retry: "Writer fenced (persistence failure):
 # WAL position N for shard ... was taken after a failed PUT".
 LOST_WAL_PUT = "failed PUT"
@@ -73,6 +80,9 @@ class WriteFailure(Enum):
     """Why Lance's native MemWAL writer failed a claim, a put or a delete."""
 
     LOST_RESPONSE = "lost response"
+    # A claim's own manifest PUT got no answer, and the store holds the epoch it claimed: most likely its
+    # own (see `write_failure`).
+    CLAIM_UNANSWERED = "claim unanswered"
     FENCED = "fenced"
     INVALID_INPUT = "invalid input"
     STORAGE = "storage"
@@ -128,8 +138,28 @@ def open_failure(exc: BaseException) -> OpenFailure:
     return OpenFailure.UNREADABLE
 
 
+def claim_taken(exc: BaseException) -> tuple[int, int, bool] | None:
+    """A claim Lance gave up because the region's newest manifest held its target epoch (or a later one).
+
+    (the epoch found, the epoch targeted, whether the store refused the claim's PUT as already there),
+    or None for any other error.
+    """
+    found = _CLAIM_TAKEN.search(str(exc))
+    if found is None:
+        return None
+    return int(found.group(1)), int(found.group(2)), ALREADY_EXISTS in found.group(3)
+
+
 def write_failure(exc: BaseException) -> WriteFailure:
     """What failed a native writer's call: the first kind, in this order, whose text the error carries.
+
+    A claim that found its target epoch taken is fenced, unless its own PUT
+    got no answer and the epoch found is exactly its target: that PUT most
+    likely landed (else a claimer that read the same manifest in the same
+    instant wrote it, while this PUT was lost on its way). A PUT the store
+    refused as already there is a lost race, although an object store that
+    retries a PUT whose answer it lost is refused the same way, and then the
+    claim was this writer's own: the stored manifests cannot tell.
 
     A lost response comes before fencing: Lance words it "Writer fenced
     (persistence failure): ... taken after a failed PUT", but no other writer
@@ -137,6 +167,10 @@ def write_failure(exc: BaseException) -> WriteFailure:
     persistence failure (a full disk) is the writer's storage failing, not
     fencing either.
     """
+    taken = claim_taken(exc)
+    if taken is not None:
+        found, target, refused = taken
+        return WriteFailure.CLAIM_UNANSWERED if found == target and not refused else WriteFailure.FENCED
     text = str(exc)
     if LOST_WAL_PUT in text:
         return WriteFailure.LOST_RESPONSE

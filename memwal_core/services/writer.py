@@ -20,8 +20,12 @@ Lost responses on the write path are survived, within bounds:
 - a WAL write whose answer was lost is written again after a fresh claim of
   the region (its replay holds whatever did land), at most `WRITE_ATTEMPTS`
   times, before the caller gets `UncertainWriteError`;
-- a claim whose own manifest PUT lost its answer reads as "another writer
-  claimed the region"; it is tried again, at most `CLAIM_ATTEMPTS` times;
+- a claim whose own manifest PUT got no answer, while the store holds the
+  epoch it claimed, is taken as landed and claimed again, at most
+  `CLAIM_ATTEMPTS` times (Lance reports it as "another writer claimed epoch
+  N"; `lance_errors.write_failure` says how the two are told apart); a claim
+  another writer's overtook raises `FencedError`, and the region stays
+  fenced: claiming again would fence the writer that won;
 - a native call that has not returned within the storage time limits (Lance
   retries some lost answers without end) is abandoned as uncertain.
 A native writer given up after a failure may not have flushed what it had
@@ -58,6 +62,7 @@ from memwal_core.errors import (
 )
 from memwal_core.lance_errors import (
     WriteFailure,
+    claim_taken,
     is_memory_ceiling_refusal,
     is_overfull_replay,
     permission_denied,
@@ -96,7 +101,8 @@ INT64_MAX = 2**63 - 1
 REGION_THREADS = 16
 # Tries at one chunk whose WAL write's answer was lost, each after a fresh claim of the region.
 WRITE_ATTEMPTS = 3
-# Tries at a claim refused as fenced: a lost answer to the claim's own manifest PUT reads that way.
+# Tries at a claim that is not usable while no other writer is known to hold the region: its own
+# manifest PUT got no answer, or another claim overlapped it (`_verified_claim`).
 CLAIM_ATTEMPTS = 3
 # The WAL flush interval assumed when the options leave it to Lance (its default is well under this).
 DEFAULT_WAL_FLUSH_INTERVAL_S = 1.0
@@ -161,14 +167,40 @@ def _native_error(region: str, exc: Exception) -> MemwalError:
             f"region {region}: a WAL write's response was lost, so it may or may not have been applied; "
             "the next call re-opens the region"
         )
+    if failure is WriteFailure.CLAIM_UNANSWERED:
+        return UncertainWriteError(
+            f"region {region}: the claim's manifest write got no answer, and the region's newest manifest "
+            "holds the epoch it claimed: taken as this writer's own claim; the region is claimed again"
+        )
     if failure is WriteFailure.FENCED:
-        return _fenced(region)
+        taken = claim_taken(exc)
+        if taken is None:
+            return _fenced(region)
+        found, target, refused = taken
+        own = (
+            " (or the object store retried this writer's own claim after losing its answer, and no "
+            "other writer exists: the two look alike)"
+            if refused and found == target
+            else ""
+        )
+        return FencedError(
+            f"region {region}: another writer claimed the region first (epoch {found}; this writer's "
+            f"claim was for epoch {target}){own}; this writer stops"
+        )
     if failure is WriteFailure.INVALID_INPUT:
         return BadInputError(f"region {region}: Lance refused the rows: {first_line(exc)}")
     refusal = permission_denied(exc)
     if refusal is not None:
         return StorageError(f"region {region}: the store refused the write ({refusal}): {first_line(exc)}")
     return StorageError(f"region {region}: write failed: {first_line(exc)}")
+
+
+def _claim_failure(region: str, exc: Exception) -> UncertainWriteError:
+    """A claim Lance refused, raised as ours; returned instead if it is to be tried again (its answer was lost)."""
+    error = _native_error(region, exc)
+    if isinstance(error, UncertainWriteError):
+        return error
+    raise error from None
 
 
 def _bounded(call: Callable[[], T], seconds: float, what: str) -> T:
@@ -328,7 +360,11 @@ class MemWalWriter:
             raise _fenced(region)
         writer = self._writers.get(region)
         if writer is None:
-            writer, claim = self._open(region)
+            try:
+                writer, claim = self._open(region)
+            except FencedError:
+                self._fenced.add(region)  # another writer won the region: claiming again would fence it
+                raise
             self._writers[region] = writer
             self._unsettled.discard(region)  # the claim replayed whatever its predecessor left
             self._counters.setdefault(region, _RegionCounters())
@@ -337,24 +373,24 @@ class MemWalWriter:
         return writer
 
     def _open(self, region: str) -> tuple[ShardWriter, Claim]:
-        """Claim the region, again if the claim reads as fenced (its own answer may have been lost, or
-        another claim overlapped it)."""
+        """Claim the region; again while a claim is not usable yet no other writer is known to hold it."""
         for attempt in range(1, CLAIM_ATTEMPTS + 1):
-            try:
-                return self._claim(region)
-            except FencedError:
-                if attempt == CLAIM_ATTEMPTS:
-                    raise
-                log.warning("region %s: claim %d read as fenced; claiming again", region, attempt)
-                time.sleep(0.1 * attempt)
+            opened = self._claim(region)
+            if not isinstance(opened, MemwalError):
+                return opened
+            if attempt == CLAIM_ATTEMPTS:
+                raise opened
+            log.warning("%s (claim %d); claiming again", opened, attempt)
+            time.sleep(0.1 * attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _verified_claim(self, region: str, native: dict[str, Any]) -> tuple[ShardWriter, Claim]:
+    def _verified_claim(self, region: str, native: dict[str, Any]) -> tuple[ShardWriter, Claim] | FencedError:
         """Lance's claim, and proof that it is the region's newest: one epoch past the one before it.
 
         A claim that another overlapped (or that stalled while others claimed
         and flushed) may have found the WAL's tip from a stale hint, in a slot
-        GC freed; it is closed, and reads as fenced (`_open` claims again).
+        GC freed; it is closed, and the error to raise if claiming again does
+        not help is returned (`_open` claims again).
         """
         manifests = self.table.region_store(region)
         before = Claim.epoch_before(manifests)
@@ -367,7 +403,7 @@ class MemWalWriter:
             raise
         if claim is None:
             self._close_quietly(region, writer)
-            raise _fenced(region)
+            return _fenced(region)
         return writer, claim
 
     def _close_quietly(self, region: str, writer: ShardWriter) -> None:
@@ -375,8 +411,9 @@ class MemWalWriter:
         with contextlib.suppress(OSError, RuntimeError, ValueError, UncertainWriteError):
             _bounded(writer.close, self.call_seconds, f"region {region}: close")
 
-    def _claim(self, region: str) -> tuple[ShardWriter, Claim]:
-        """One claim; a WAL generation our limits cannot replay is replayed once with larger ones."""
+    def _claim(self, region: str) -> tuple[ShardWriter, Claim] | MemwalError:
+        """One claim, or the error to raise if claiming again does not help; a WAL generation our limits
+        cannot replay is replayed once with larger ones."""
         native = dict(self._native_options)
         what = f"region {region}: claim"
         try:
@@ -393,7 +430,7 @@ class MemWalWriter:
                 self._bounded_memory = {}
                 return self._claim(region)
             if not is_overfull_replay(exc):
-                raise _native_error(region, exc) from None
+                return _claim_failure(region, exc)
         log.warning(
             "region %s: its WAL holds a generation over our MemTable limits; replaying it once", region
         )
@@ -411,7 +448,7 @@ class MemWalWriter:
         try:
             return self._verified_claim(region, native)
         except (OSError, RuntimeError, ValueError) as exc:
-            raise _native_error(region, exc) from None
+            return _claim_failure(region, exc)
 
     def _discard(self, region: str, error: MemwalError) -> None:
         """Forget a region's native writer after a failed write; a fenced one is never re-claimed.

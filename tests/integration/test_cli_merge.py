@@ -10,9 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from memwal_core.demo import write_demo_table
 from tests.support.cli import timed_cli
 from tests.support.paths import PROJECT_ROOT
+from tests.support.service import free_ports
 
 
 def test_pipe_gets_one_line_per_region(tmp_path: Path) -> None:
@@ -109,3 +112,29 @@ def test_a_spark_server_that_is_down_is_one_line_not_one_per_region(tmp_path: Pa
         line for line in done.stdout.splitlines() if line.startswith("  FAILED: regions ")
     ]
     assert done.stdout.count("FAILED") == 1, done.stdout
+
+
+@pytest.mark.parametrize("engine", [[], ["--engine", "spark"], ["--spark-min-rows", "0"]])
+def test_dry_run_never_touches_spark(tmp_path: Path, engine: list[str]) -> None:
+    """A dry run plans from the table alone: with MEMWAL_SPARK_REMOTE naming a dead server (a closed
+    port) and Spark chosen for the round, it still prints the plan and exits 0, without loading pyspark."""
+    uri = str(tmp_path / "t")
+    log = write_demo_table(uri, base_rows=100, regions=2, rounds=1, rows_per_generation=10)
+    closed = free_ports(1)[0]
+    command = (
+        "import sys; from memwal_core.cli.main import main; code = main(sys.argv[1:]); "
+        "print('pyspark' in sys.modules, file=sys.stderr); sys.exit(code)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", command, "merge", uri, "--dry-run", "--json", *engine],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "MEMWAL_SPARK_REMOTE": f"sc://127.0.0.1:{closed}"},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["dry_run"] and result["engine"] == ("local" if not engine else "spark")
+    assert sorted(r for b in result["batches"] for r in b["regions"]) == sorted(log.regions)
+    assert proc.stderr.splitlines()[-1] == "False", "the dry run loaded pyspark"

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster._core.events import RunFailureReason
 from dagster._core.instance.ref import InstanceRef
+from dagster._core.storage.tags import RUN_FAILURE_REASON_TAG, WILL_RETRY_TAG
 
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.status import status
@@ -107,7 +109,19 @@ def wait_until_merged(deployment: DagsterDeployment, tables: dict[str, ModelTabl
     )
 
 
+def started_too_late(tags: Mapping[str, str]) -> bool:
+    """Whether a failed run is one that did not start within run monitoring's start timeout (180 s in
+    the shipped dagster.yaml), and that Dagster retries: what a host too loaded to start a run
+    process in time leaves (seen twice on a shared 2-core machine; the tables still converged).
+    A run worker that starts after its run failed does nothing, so the retry is the only round."""
+    return tags.get(RUN_FAILURE_REASON_TAG) == RunFailureReason.START_TIMEOUT.value and (
+        tags.get(WILL_RETRY_TAG) == "true"
+    )
+
+
 def test_daemon_merges_each_table_in_rounds_one_run_at_a_time(deployment: E2E) -> None:
+    """The daemon merges both tables to the model, one merge run per table at a time. Every merge run
+    succeeds, but for one that failed to start in time, which Dagster retries (`started_too_late`)."""
     running, tables = deployment.running, deployment.tables
     assert all(pending(t) > 0 for t in tables.values())
     assert running.start_sensor(FLUSHED_SENSOR) == "RUNNING"
@@ -122,11 +136,14 @@ def test_daemon_merges_each_table_in_rounds_one_run_at_a_time(deployment: E2E) -
     runs = instance.get_run_records(RunsFilter(tags={}))
     by_table: dict[str, list[tuple[float, float]]] = {}
     for record in runs:
-        if not record.dagster_run.job_name.endswith("_merge"):
+        run = record.dagster_run
+        if not run.job_name.endswith("_merge"):
             continue
-        assert record.dagster_run.status == DagsterRunStatus.SUCCESS
+        if run.status == DagsterRunStatus.FAILURE and started_too_late(run.tags):
+            continue  # an overloaded host: failed by run monitoring, and retried by Dagster
+        assert run.status == DagsterRunStatus.SUCCESS, f"merge run {run.run_id}: {run.status} {run.tags}"
         assert record.start_time is not None and record.end_time is not None
-        by_table.setdefault(record.dagster_run.job_name, []).append((record.start_time, record.end_time))
+        by_table.setdefault(run.job_name, []).append((record.start_time, record.end_time))
     for job, spans in by_table.items():
         for (s1, e1), (s2, e2) in itertools.combinations(sorted(spans), 2):
             assert e1 <= s2, f"merge runs of {job} overlapped: {s1}-{e1} and {s2}-{e2}"

@@ -19,7 +19,7 @@ import yaml
 
 from tests.support.dagster import LOCATION, location_loaded
 from tests.support.paths import PROJECT_ROOT
-from tests.support.service import LOOPBACK, free_ports, stop_process_group
+from tests.support.service import LOOPBACK, free_ports, start_server, stop_process_group
 
 DG = Path(sys.executable).parent / "dg"
 # Dagster's own notice on the first start of a new instance's run-retry daemon.
@@ -66,13 +66,12 @@ def test_dg_dev_serves_the_code_location_without_warnings(tmp_path: Path) -> Non
     root, env = readme_env(tmp_path)
     log = tmp_path / "dg-dev.log"
     with log.open("wb") as out:
-        process = subprocess.Popen(
+        process = start_server(
             [str(DG), "dev", "-h", LOOPBACK, "-p", str(port)],
             cwd=root,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
         )
     try:
         deadline = time.monotonic() + 180

@@ -50,7 +50,7 @@ from tests.support.browser import (
 from tests.support.dagster import LOCATION, location_loaded
 from tests.support.model import KEYED_SCHEMA, ModelTable, keyed_backlog_table
 from tests.support.paths import PROJECT_ROOT
-from tests.support.service import LOOPBACK, free_ports, stop_process_group
+from tests.support.service import LOOPBACK, free_ports, start_server, stop_process_group
 
 RANGE_TAGS = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
 
@@ -521,13 +521,12 @@ def test_main_command_runs_the_whole_pipeline_once(tmp_path: Path) -> None:
     log = tmp_path / "dg-dev.log"
     started = time.monotonic()
     with log.open("wb") as out:
-        served = subprocess.Popen(
+        served = start_server(
             [hint[2], *hint[3:6], "-p", str(port), *hint[6:]],
             cwd=tmp_path,
             env={**env, **dict(word.split("=", 1) for word in hint[:2])},
             stdout=out,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
         )
     try:
         url = f"http://{LOOPBACK}:{port}"

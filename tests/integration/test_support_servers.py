@@ -8,14 +8,22 @@ elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support import watchdog
+from tests.support.paths import PROJECT_ROOT
 from tests.support.seaweed import SeaweedServer
 from tests.support.spark import StandaloneSpark, lance_probe, local_spark_session, write_probe_dataset
 
@@ -101,6 +109,62 @@ def test_lance_round_trip_over_s3(seaweed: SeaweedServer) -> None:
     assert sorted(dataset.to_table().column("value").to_pylist()) == [0, 1, 2, 3, 4, 10, 11]
     listed = seaweed.client().list_objects_v2(Bucket="memwal-test", Prefix=f"{prefix}/x/_versions/")
     assert listed.get("KeyCount", 0) == 2
+
+
+def _lives(pid: int) -> bool:
+    """Whether `pid` runs (a zombie nobody reaped has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.s3
+def test_servers_die_with_the_test_process() -> None:
+    """A test process killed from outside leaves no server behind: SeaweedFS, started by a child
+    interpreter through the support module, is gone within seconds of `kill -9` of that child."""
+    started = (
+        "import time; from tests.support.seaweed import SeaweedServer; server = SeaweedServer(); "
+        "print(server.pid, server.root, flush=True); time.sleep(600)"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", started],
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert child.stdout is not None
+    pid_text, _, root = child.stdout.readline().strip().partition(" ")
+    pid = int(pid_text)
+    try:
+        assert _lives(pid)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+        deadline = time.monotonic() + 10
+        while _lives(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _lives(pid), "SeaweedFS outlived the test process that started it"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(root, ignore_errors=True)
+        child.stdout.close()
+
+
+@pytest.mark.parametrize("same_process", [True, False])
+def test_the_watchdog_ends_a_group_only_while_its_server_runs_in_it(same_process: bool) -> None:
+    """At end of file the watchdog ends a listed group if the listed process, started when it was
+    listed, still runs in it; a PID reused since (here: a wrong start time) is someone else's."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        start = watchdog.started(sleeper.pid) if same_process else "0"
+        watching = subprocess.Popen([sys.executable, "-I", watchdog.__file__], stdin=subprocess.PIPE)
+        watching.communicate(f"+{sleeper.pid} {sleeper.pid} {start}\n".encode(), timeout=30)
+        assert (sleeper.poll() is not None) is same_process
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 @pytest.mark.s3

@@ -9,6 +9,7 @@ command on it.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,13 +20,15 @@ import pyarrow as pa
 import pytest
 
 from memwal_core.cli.main import main
-from memwal_core.errors import StorageError
+from memwal_core.errors import FencedError, MemwalError, StorageError
+from memwal_core.format.naming import region_manifest_name
 from memwal_core.format.proto import memwal_pb2 as pb
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.reader import lsm_scanner, plan_read
 from memwal_core.services.status import status
 from memwal_core.services.writer import MemWalWriter
 from tests.support.cli import option_flags, timed_cli
+from tests.support.held_request import HoldOneRequest
 from tests.support.model import KEYED_SCHEMA
 from tests.support.write_faults import Fault, ResponseFaults
 
@@ -127,18 +130,70 @@ def test_lost_wal_put_answer_is_written_again(seaweed: Any, table: str, proxy: R
     assert_every_command_works(table, seaweed.storage_options())
 
 
+def claim_put(region: str, version: int) -> str:
+    """The path regex of the PUT that claims `region` at manifest `version`."""
+    return rf"/_mem_wal/{region}/manifest/{region_manifest_name(version)}"
+
+
 def test_lost_claim_answer_is_claimed_again(seaweed: Any, table: str, proxy: ResponseFaults) -> None:
-    """The claim's manifest PUT loses its answer: Lance reads its own claim as another writer's."""
+    """The claim's manifest PUT lands but its connection is reset: Lance reads its own claim as another
+    writer's ("another writer claimed epoch 2"), and memwal, seeing that PUT unanswered, claims again."""
     region = str(uuid.uuid4())
-    proxy.faults.append(Fault("PUT", MANIFEST_PUT, frozenset({2})))
     with MemWalWriter(table, through(seaweed, proxy), region=region, max_memtable_rows=1000) as writer:
-        writer.put(rows([1, 2], "a"))
+        writer.put(rows([1, 2], "a"))  # claims version 1, and its close flushes version 2
+    proxy.faults.append(Fault("PUT", claim_put(region, 3), answer="reset"))
     with MemWalWriter(table, through(seaweed, proxy), region=region, max_memtable_rows=1000) as writer:
         writer.put(rows([3], "b"))
     assert len(proxy.failed) == 1, proxy.requests
     view = flushed_view(table, seaweed.storage_options())
     assert (view[1], view[2], view[3]) == ("a", "a", "b")
+    assert MemWalTable(table, seaweed.storage_options()).region_store(region).read(3).writer_epoch == 2
     assert_every_command_works(table, seaweed.storage_options())
+
+
+def test_refused_claim_answer_reads_as_a_lost_race(seaweed: Any, table: str, proxy: ResponseFaults) -> None:
+    """The claim's PUT lands but is answered 500: the object store retries it and is refused (already
+    there), which is what a lost race looks like. The writer stops as fenced, and says it may be its own."""
+    region = str(uuid.uuid4())
+    proxy.faults.append(Fault("PUT", claim_put(region, 1)))
+    with (
+        MemWalWriter(table, through(seaweed, proxy), region=region) as writer,
+        pytest.raises(FencedError, match="retried this writer's own claim"),
+    ):
+        writer.put(rows([1], "a"))
+    assert len(proxy.failed) == 1, proxy.requests
+
+
+def test_lost_claim_race_is_fenced(seaweed: Any, table: str) -> None:
+    """Another writer claims between this writer's read of the newest manifest and its PUT: FencedError,
+    and the loser never claims again, so the winner writes on."""
+    region = str(uuid.uuid4())
+    upstream = int(seaweed.endpoint.rsplit(":", 1)[1])
+    options = seaweed.storage_options()
+    with HoldOneRequest(upstream, method="PUT", path_part=f"/{region}/manifest/") as held:
+        loser = MemWalWriter(table, {**options, **FAST, "aws_endpoint": held.url}, region=region)
+        lost: list[BaseException] = []
+
+        def put() -> None:
+            try:
+                loser.put(rows([101], "loser"))
+            except MemwalError as exc:
+                lost.append(exc)
+
+        racing = threading.Thread(target=put)
+        racing.start()
+        assert held.arrived.wait(60), "the loser's claim PUT never came"
+        with MemWalWriter(table, options, region=region) as winner:
+            winner.put(rows([2], "winner"))
+            held.release()
+            racing.join(60)
+            assert len(lost) == 1 and isinstance(lost[0], FencedError), lost
+            with pytest.raises(FencedError):
+                loser.put(rows([103], "loser"))
+            winner.put(rows([4], "winner"))  # not fenced by the loser
+        loser.close()
+    view = flushed_view(table, options)
+    assert (view[2], view[4]) == ("winner", "winner") and 101 not in view and 103 not in view, view
 
 
 @pytest.mark.parametrize("path", ["_gen_[0-9]+/data/", "_gen_[0-9]+/_versions/", "_gen_[0-9]+/bloom"])

@@ -170,6 +170,22 @@ def test_bad_rows_are_refused_before_anything_is_written(tmp_path: Path, data: A
     [
         ("Writer fenced (peer claimed epoch): local epoch 1 < stored epoch 2 for shard x", FencedError),
         (
+            "LanceError(IO): Failed to claim shard x (version 3): another writer claimed epoch 2 (>= our "
+            "target 2): Retryable commit conflict for version 3: Manifest version 3 already exists for shard x",
+            FencedError,
+        ),
+        (
+            "LanceError(IO): Failed to claim shard x (version 3): another writer claimed epoch 2 (>= our "
+            "target 2): LanceError(IO): Failed to write manifest version 3 for shard x: Generic S3 error: "
+            "Error performing PUT http://127.0.0.1:1/m in 2s - HTTP error: error sending request",
+            UncertainWriteError,
+        ),
+        (
+            "LanceError(IO): Failed to claim shard x (version 3): another writer claimed epoch 3 (>= our "
+            "target 2): LanceError(IO): Failed to write manifest version 3 for shard x: error sending request",
+            FencedError,
+        ),
+        (
             "Writer fenced (persistence failure): WAL position 12 for shard x was taken after a failed PUT; "
             "in-memory state may diverge from the durable WAL, reopen to replay",
             UncertainWriteError,
@@ -187,7 +203,17 @@ def test_bad_rows_are_refused_before_anything_is_written(tmp_path: Path, data: A
             StorageError,
         ),
     ],
-    ids=["fenced", "lost-response", "bad-rows", "storage", "disk-full", "read-only"],
+    ids=[
+        "fenced",
+        "claim-race",
+        "claim-unanswered",
+        "claim-overtaken",
+        "lost-response",
+        "bad-rows",
+        "storage",
+        "disk-full",
+        "read-only",
+    ],
 )
 def test_native_errors_are_classified(lance_message: str, error: type[Exception]) -> None:
     """Lance's writer raises OSError for everything; callers act on the kind (messages as Lance 14 words them)."""

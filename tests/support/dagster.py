@@ -34,6 +34,7 @@ from tests.support.service import (
     free_ports,
     log_tail,
     processes,
+    start_server,
     stop_process_group,
 )
 
@@ -139,13 +140,12 @@ class DagsterDeployment(LoopbackService):
     def _spawn(self, name: str, args: list[str]) -> None:
         log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - closed in _release
         self._logs[name] = log
-        self._processes[name] = subprocess.Popen(
+        self._processes[name] = start_server(
             args,
             cwd=PROJECT_ROOT,
             env=self.env(),
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
         )
 
     def _wait_for_code_server(self, port: int) -> None:

@@ -30,6 +30,7 @@ from tests.support.service import (
     LoopbackService,
     free_ports,
     log_tail,
+    start_server,
     stop_process_group,
 )
 
@@ -158,7 +159,7 @@ class PostgresServer(LoopbackService):
         (self.port,) = free_ports(1)
         if self._log is None:
             self._log = self.log_path.open("ab")
-        self._process = subprocess.Popen(
+        self._process = start_server(
             [
                 *self._prefix,
                 str(self.bin_dir / "postgres"),
@@ -183,7 +184,6 @@ class PostgresServer(LoopbackService):
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
         )
         self._wait_until_ready()
 

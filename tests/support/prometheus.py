@@ -26,6 +26,7 @@ from tests.support.service import (
     LoopbackService,
     free_ports,
     log_tail,
+    start_server,
     stop_process_group,
 )
 
@@ -85,12 +86,11 @@ class OneProcess(LoopbackService):
     def _attempt(self, attempt: int) -> None:
         (self.port,) = free_ports(1)
         self._log = (self.root / self.log_name).open("ab")
-        self._process = subprocess.Popen(
+        self._process = start_server(
             self._command(),
             cwd=PROJECT_ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
         )
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:

@@ -26,6 +26,7 @@ from tests.support.service import (
     LoopbackService,
     free_ports,
     log_tail,
+    start_server,
     stop_process_group,
 )
 
@@ -231,14 +232,13 @@ class SeaweedServer(LoopbackService):
         self._log = self.log_path.open("ab")
         self._log.write(f"\n=== {' '.join(command)}\n".encode())
         self._log.flush()
-        self._process = subprocess.Popen(
+        self._process = start_server(
             command,
             cwd=self.root,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
         )
 
     def _remove_grpc_sockets(self) -> None:

@@ -5,6 +5,8 @@ processes on 127.0.0.1 in a private temp directory. Their start-up has the
 same hazards (a port taken between `free_ports` and the bind, a process
 dying before it is ready, a test run ending without `stop()`), so the
 retry, clean-up and ownership rules live once here in `LoopbackService`.
+Every server process starts through `start_server`, in a process group that
+a watchdog (`tests/support/watchdog.py`) ends if the test process dies first.
 """
 
 from __future__ import annotations
@@ -16,15 +18,22 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import IO, Any, Self
+
+from tests.support.watchdog import started
 
 LOOPBACK = "127.0.0.1"
+_WATCHDOG = Path(__file__).with_name("watchdog.py")
+# This process's watchdog and the process that started it (a forked child starts its own).
+_watchdog: tuple[int, subprocess.Popen[bytes]] | None = None
+_watchdog_lock = threading.Lock()
 
 
 def free_ports(count: int) -> list[int]:
@@ -46,12 +55,55 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def _tell_watchdog(line: str) -> None:
+    global _watchdog
+    with _watchdog_lock:
+        if _watchdog is None or _watchdog[0] != os.getpid() or _watchdog[1].poll() is not None:
+            watchdog = subprocess.Popen(
+                [sys.executable, "-I", str(_WATCHDOG)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            _watchdog = (os.getpid(), watchdog)
+        pipe: IO[bytes] | None = _watchdog[1].stdin
+        assert pipe is not None
+        pipe.write(f"{line}\n".encode())
+        pipe.flush()
+
+
+def watch_group(pid: int) -> None:
+    """Have the process group of server process `pid` ended if this process ends (even by `kill -9`)
+    before `end_group`; the watchdog ends it only while `pid` still runs in it."""
+    with contextlib.suppress(ProcessLookupError):
+        _tell_watchdog(f"+{os.getpgid(pid)} {pid} {started(pid)}")
+
+
+def end_group(pgid: int) -> None:
+    """SIGKILL what is left of process group `pgid`, one PID at a time, and stop watching it.
+
+    By PID, not `killpg`: once its leader is reaped the group id may be reused.
+    """
+    for pid in _group_members(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _tell_watchdog(f"-{pgid}")
+
+
+def start_server(command: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """`subprocess.Popen(command, **popen)` in a new session (its PID is its process-group id, and its
+    children join that group), which dies with this process: the one way tests start a server."""
+    process: subprocess.Popen[bytes] = subprocess.Popen(list(command), start_new_session=True, **popen)
+    watch_group(process.pid)
+    return process
+
+
 def stop_process_group(process: subprocess.Popen[Any], timeout: float = 10.0) -> None:
     """SIGTERM the process group led by `process`, then SIGKILL it if it outlives `timeout`.
 
-    The servers are started with `start_new_session=True`, so their PID is
-    also their process-group id and the group holds every child they spawn
-    (Spark executors, Python workers), which must not outlive the test run.
+    The servers are started by `start_server`, so their PID is also their
+    process-group id and the group holds every child they spawn (Spark
+    executors, Python workers), which must not outlive the test run.
     """
     pgid = process.pid
     if process.poll() is None:
@@ -64,10 +116,7 @@ def stop_process_group(process: subprocess.Popen[Any], timeout: float = 10.0) ->
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
         process.wait(timeout=timeout)
-    # Children that outlived a graceful leader: signal them one by one, by PID.
-    for pid in _group_members(pgid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    end_group(pgid)  # children that outlived a graceful leader
 
 
 def processes() -> list[tuple[int, int, int]]:

@@ -32,6 +32,7 @@ from tests.support.service import (
     LoopbackService,
     free_ports,
     log_tail,
+    start_server,
     stop_process_group,
 )
 
@@ -244,14 +245,13 @@ class StandaloneSpark(LoopbackService):
         ]
         with driver_log.open("wb") as log:
             # Its own process group, so a timeout also ends the driver's JVM.
-            driver = subprocess.Popen(
+            driver = start_server(
                 [*command, *uris],
                 cwd=self.root,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=log,
-                start_new_session=True,
             )
             try:
                 stdout, _ = driver.communicate(timeout=timeout)
@@ -365,14 +365,13 @@ class StandaloneSpark(LoopbackService):
         self._logs.append(log)
         log.write(f"\n=== {main_class} {' '.join(args)}\n".encode())
         log.flush()
-        return subprocess.Popen(
+        return start_server(
             [str(self.spark_home / "bin" / "spark-class"), main_class, *args],
             cwd=self.root,
             env=self._env(),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
         )
 
     def _wait_for_worker(self) -> None:
