@@ -19,7 +19,10 @@ Schedules run compressed by the factors in SCHEDULES (the snapshot every minute
 instead of every 15, GC every 4 minutes instead of hourly, ...); their requests
 are divided by their factor, so every figure is per real hour at the default
 schedules (`--real-schedules` keeps the defaults: with 50 tables, a snapshot run a minute per
-table would be the machine's whole load). Sensors, merges, catch-up, the exporter and writers run
+table would be the machine's whole load). GC's grace period is compressed with GC's schedule, so an
+idle table is idle past it, as one idle for hours is. An idle table's watching backs off for half an
+hour (the exporter's bound, half the 900 s lag threshold, is reached after 30 idle minutes): a
+`--warmup-seconds` of 1800 measures the steady state. Sensors, merges, catch-up, the exporter and writers run
 at their real rates.
 
 `--burst` then measures the scale figures: the deployment's CPU by component and requests a second
@@ -81,6 +84,8 @@ SCHEDULES = {
     "retention": ("retention_cron", "0 */2 * * *", 12.0),  # default daily
     "checks": ("checks_cron", "*/4 * * * *", 15.0),  # default hourly
 }
+# The default grace period of merged generations (compressed with GC's schedule).
+GC_GRACE_SECONDS = 3600.0
 # The scheduled services (as their User-Agent names them) and their jobs. The snapshot job also records
 # the status asset; the checks GC's job runs (its blocking consistency check, its backlog check) are GC's.
 SERVICE_JOB = {
@@ -303,6 +308,9 @@ def run(args: argparse.Namespace) -> None:
         crons = "".join(
             f", {key}: '{cron}'" for key, cron, _f in SCHEDULES.values() if key and not args.real_schedules
         )
+        if not args.real_schedules:
+            # GC's grace period runs on GC's clock: a table idle for an hour has none left in its grace.
+            crons += f", gc_grace_seconds: {GC_GRACE_SECONDS / SCHEDULES['gc'][2]:g}"
         listing.write_text(
             "tables:\n"
             + "".join(
