@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -311,6 +312,44 @@ def test_a_dataframe_keeps_its_snapshot_and_no_query_narrows_the_next(session: A
     assert keyed(frame.toArrow().to_pylist()) == model, "a DataFrame reads the snapshot of its first query"
     with MemWalTable.open(uri) as table:
         assert spark_rows(session, uri) == lance_rows(table) != model, "a new load() reads the new writes"
+
+
+# Nanoseconds since 1970: sub-microsecond digits, before 1970 by less than a microsecond, a null.
+NANOS = [1_700_000_000_123_456_789, -1, -1_001, 1_999, None, 5_000]
+NANOS_SCHEMA = pa.schema(
+    [
+        key_field("id", pa.int64()),
+        pa.field("at", pa.timestamp("ns")),
+        pa.field("at_zoned", pa.timestamp("ns", tz="Europe/Paris")),
+    ]
+)
+
+
+def nanos_row(key: int, nanos: int | None) -> dict[str, Any]:
+    return {"id": key, "at": nanos, "at_zoned": nanos}
+
+
+def as_spark(key: int, nanos: int | None) -> dict[str, Any]:
+    """What Spark holds for `nanos`: the microsecond at or before it (without, and with, a time zone)."""
+    if nanos is None:
+        return {"id": key, "at": None, "at_zoned": None}
+    naive = datetime(1970, 1, 1) + timedelta(microseconds=nanos // 1000)
+    return {"id": key, "at": naive, "at_zoned": naive.replace(tzinfo=UTC)}
+
+
+def test_nanosecond_timestamps_read_as_spark_microseconds_floored(session: Any, tmp_path: Path) -> None:
+    """Spark holds microseconds: a nanosecond timestamp is floored to one, as PySpark's own Arrow conversion
+    does, in the base and in pending generations, with and without a time zone."""
+    base = {i: n for i, n in enumerate(NANOS)}
+    table = ModelTable(tmp_path / "nanos", NANOS_SCHEMA, ["id"], [nanos_row(i, n) for i, n in base.items()])
+    pending = {0: -999, 1: None, 100: 1_234_567_891, 101: -2_000_000_001}
+    table.write(None, [("put", [nanos_row(i, n) for i, n in pending.items()])])
+    assert session.read.format("memwal").load(table.uri).schema.simpleString() == (
+        "struct<id:bigint,at:timestamp_ntz,at_zoned:timestamp>"
+    )
+    expected = {(i,): as_spark(i, n) for i, n in {**base, **pending}.items()}
+    assert spark_rows(session, table.uri) == expected
+    assert spark_rows(session, table.uri, use_lsm="false") == {(i,): as_spark(i, n) for i, n in base.items()}
 
 
 def test_a_key_in_two_regions_is_refused(session: Any, tmp_path: Path) -> None:
