@@ -36,7 +36,7 @@ from memwal_core.model.routing import region_spec_of
 from memwal_core.services.spark_read.options import SourceOptions
 from memwal_core.services.spark_read.plan import ReadSlice, SourcePlan, plan_source, slices
 from memwal_core.services.spark_read.rows import read_slice
-from memwal_core.services.spark_read.source import MemWalReader
+from memwal_core.services.spark_read.source import MemWalDataSource, MemWalReader
 from memwal_core.services.status import status
 from memwal_core.spark_session import connect_session, end_session
 from tests.support.model import ModelTable
@@ -225,14 +225,19 @@ def bucketed_table(uri: str, *, fragments: int, rows_per_fragment: int, buckets:
 SCHEMA_ID_NAME = StructType([StructField("id", LongType(), False), StructField("name", StringType(), True)])
 
 
+def source_reader(uri: str, **options: str) -> MemWalReader:
+    """The reader of `options`, made as Spark makes it: the data source (as `load()` makes it), then its reader."""
+    reader = MemWalDataSource({"path": uri, **options}).reader(SCHEMA_ID_NAME)
+    assert isinstance(reader, MemWalReader)
+    return reader
+
+
 def reader_plan(uri: str, **options: str) -> SourcePlan:
-    """The plan the source's reader makes for `options` (the reader run as Spark's planner runs it)."""
-    return MemWalReader(SourceOptions.parse({"path": uri, **options}), SCHEMA_ID_NAME).plan
+    return source_reader(uri, **options).plan
 
 
 def reader_slices(uri: str, **options: str) -> list[ReadSlice]:
-    reader = MemWalReader(SourceOptions.parse({"path": uri, **options}), SCHEMA_ID_NAME)
-    return [p.value for p in reader.partitions()]
+    return [p.value for p in source_reader(uri, **options).partitions()]
 
 
 def test_a_point_lookup_reads_one_region_and_only_the_fragment_its_key_is_in(
@@ -309,9 +314,58 @@ def test_a_dataframe_keeps_its_snapshot_and_no_query_narrows_the_next(session: A
         session.conf.set(pushdown, before)
     with MemWalWriter(uri) as writer:
         writer.put({"id": [5, 9_999_999], "name": ["later", "later"], "score": [1.0, 1.0]})
-    assert keyed(frame.toArrow().to_pylist()) == model, "a DataFrame reads the snapshot of its first query"
+    assert keyed(frame.toArrow().to_pylist()) == model, "a DataFrame reads the snapshot its load() fixed"
     with MemWalTable.open(uri) as table:
         assert spark_rows(session, uri) == lance_rows(table) != model, "a new load() reads the new writes"
+
+
+# Keys the writer rewrites in every flush, and DataFrames self-joined while it does.
+REWRITTEN_KEYS = 600
+SELF_JOINS = 8
+
+
+def test_both_sides_of_a_self_join_read_one_snapshot_while_a_writer_flushes(
+    session: Any, tmp_path: Path
+) -> None:
+    """Spark plans each side of a self-join on its own (the two sides even at once); both must read the
+    snapshot the DataFrame fixed, while Lance's writer flushes new versions of every key."""
+    uri = str(tmp_path / "events")
+    write_demo_table(uri, base_rows=REWRITTEN_KEYS, regions=2, rounds=1, rows_per_generation=10)
+    keys = list(range(REWRITTEN_KEYS))
+    flushes: list[float] = []
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        try:
+            with MemWalWriter(uri) as writer:
+                while not stop.is_set():
+                    name = f"flush-{len(flushes)}"
+                    writer.put({"id": keys, "name": [name] * len(keys), "score": [0.0] * len(keys)})
+                    writer.flush()
+                    flushes.append(time.monotonic())
+        except BaseException as exc:  # reported by the test thread
+            failures.append(exc)
+
+    spark_rows(session, uri)  # warm: the first read starts the Python workers
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    changed: list[int] = []
+    overlapped = 0
+    try:
+        for _ in range(SELF_JOINS):
+            started = time.monotonic()
+            frame = session.read.format("memwal").load(uri)
+            for _query in range(2):  # a new DataFrame's first query, then a later one
+                pairs = frame.alias("a").join(frame.alias("b"), "id")
+                changed.append(pairs.where("a.name != b.name").count())
+            overlapped += any(started < f < time.monotonic() for f in flushes)
+    finally:
+        stop.set()
+        writer.join()
+    assert not failures, failures
+    assert overlapped >= SELF_JOINS // 2, f"flushes committed during only {overlapped} of {SELF_JOINS} reads"
+    assert changed == [0] * len(changed), "the two sides of a self-join read different snapshots"
 
 
 # Nanoseconds since 1970: sub-microsecond digits, before 1970 by less than a microsecond, a null.
@@ -368,7 +422,7 @@ def test_a_planned_read_returns_its_snapshot_after_merge_gc_and_flush_commit(tmp
     log = write_demo_table(uri, base_rows=300, regions=3, rounds=3, rows_per_generation=40)
     snapshot = demo_model(log.model())
     options = SourceOptions.parse({"path": uri})
-    plan = plan_source(options, ["id", "name", "score"])
+    plan = plan_source(options).reading(["id", "name", "score"])
     output = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64())])
 
     with MemWalTable.open(uri) as table:
