@@ -19,6 +19,7 @@ from typing import Any
 import lance
 import pyarrow as pa
 import pytest
+from pyspark.errors import AnalysisException
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from memwal_core import (
@@ -480,6 +481,53 @@ def test_reads_during_concurrent_merges_and_gc_return_the_same_rows(session: Any
     with MemWalTable.open(uri) as table:
         assert status(table).pending_total == 0
     assert spark_rows(session, uri) == model
+
+
+def refusal(session: Any, uri: str, **options: str) -> str:
+    """Spark's error for a DataFrame of `options`, raised when Spark makes its data source."""
+    with pytest.raises(AnalysisException) as refused:
+        frame = session.read.format("memwal").options(**options).load(uri)  # classic: made here
+        frame.schema  # noqa: B018 (Spark Connect makes a DataFrame's data source when first asked about it)
+    return str(refused.value)
+
+
+def test_a_bad_option_is_refused_when_the_dataframe_is_made_in_one_line_naming_it(
+    session: Any, tmp_path: Path
+) -> None:
+    """Spark shows a data source's error under the Python traceback that raised it: memwal's is one line
+    naming the option and its value, under the one frame that raised it, before any query runs."""
+    schema = pa.schema([key_field("name", pa.string()), pa.field("v", pa.int64())])
+    names = ["sp", " sp", "a,b"]
+    table = ModelTable(
+        tmp_path / "names", schema, ["name"], [{"name": n, "v": i} for i, n in enumerate(names)]
+    )
+    no_version = f"memwal source option version='999': table {table.uri} has no version 999 (its latest is 2)"
+    cases = {
+        "memwal source option keys='[abc' is not a JSON array (Expecting value": {"keys": "[abc"},
+        "memwal source option keys=' sp': text key ' sp' is empty or has spaces around it": {"keys": " sp"},
+        "memwal source option keys='sp,': text key '' is empty": {"keys": "sp,"},
+        no_version: {"version": "999"},
+        "memwal source option columns='name,nope': table": {"columns": "name,nope"},
+    }
+    for message, options in cases.items():
+        text = refusal(session, table.uri, **options)
+        (line,) = [line for line in text.splitlines() if "memwal source option" in line]
+        assert message in line, text
+        assert text.count('File "') == 1, f"more than the frame that raised it:\n{text}"
+    assert spark_rows(session, table.uri, key=("name",), keys='[" sp", "a,b"]') == {
+        (n,): {"name": n, "v": names.index(n)} for n in (" sp", "a,b")
+    }
+    hide = "spark.sql.execution.pyspark.udf.hideTraceback.enabled"
+    before = session.conf.get(hide)
+    session.conf.set(hide, "true")
+    try:  # Spark's own setting drops the traceback: the error is one line
+        assert (
+            refusal(session, table.uri, version="999")
+            .splitlines()[0]
+            .endswith(f"NotFoundError: {no_version}")
+        )
+    finally:
+        session.conf.set(hide, before)
 
 
 def test_bad_options_are_named_and_credentials_never_shown(

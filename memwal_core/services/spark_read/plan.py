@@ -24,21 +24,25 @@ import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_core.errors import BadInputError, CorruptMetadataError
+from memwal_core.errors import BadInputError, CorruptMetadataError, NotFoundError
 from memwal_core.format.naming import MEM_WAL_DIR
 from memwal_core.model.evolution import TableFields
 from memwal_core.model.routing import RegionSpec, region_spec_of
 from memwal_core.model.table import MemWalTable, primary_key_of
 from memwal_core.services.reader import RegionRead, plan_read
 from memwal_core.services.spark_read.key_selection import KeySelection, key_selection
-from memwal_core.services.spark_read.options import SourceOptions
+from memwal_core.services.spark_read.options import COLUMNS, VERSION, SourceOptions
 from memwal_core.storage.lance_datasets import generation_key_bounds, open_dataset
 from memwal_core.storage.object_store import absolute_uri
 from memwal_core.storage.options import StorageOptions
+
+if TYPE_CHECKING:
+    import lance
 
 
 @dataclass(frozen=True)
@@ -111,14 +115,17 @@ def plan_source(options: SourceOptions) -> SourcePlan:
     otherwise); `reading` narrows it to the columns of a query's schema.
     """
     with MemWalTable.open(options.uri, options.storage) as table:
-        base = table.dataset(options.version)
+        base = _version(table, options.version)
         primary_key = primary_key_of(base.schema)
         if not primary_key:
             raise CorruptMetadataError(f"table {table.uri} has no primary key; MemWAL-aware reads need one")
         columns = options.columns or tuple(base.schema.names)
         missing = [c for c in columns if c not in base.schema.names]
         if missing:
-            raise BadInputError(f"table {table.uri} has no column {missing[0]!r}")
+            raise BadInputError(
+                f"memwal source option {COLUMNS}={','.join(columns)!r}: table {table.uri} has no column "
+                f"{missing[0]!r}"
+            )
         selection = key_selection(
             primary_key,
             base.schema.field(primary_key[0]).type,
@@ -144,6 +151,18 @@ def plan_source(options: SourceOptions) -> SourcePlan:
             rows_per_partition=options.rows_per_partition,
         )
     return plan if selection is None else pruned(plan, selection, options.storage)
+
+
+def _version(table: MemWalTable, version: int | None) -> lance.LanceDataset:
+    """The base table at `version` (None: the latest); a version it does not have is named as the option."""
+    try:
+        return table.dataset(version)
+    except NotFoundError as exc:  # the table itself was found when it was opened
+        if version is None:
+            raise
+        raise NotFoundError(
+            f"memwal source option {VERSION}='{version}': {exc} (its latest is {table.latest_version()})"
+        ) from None
 
 
 def pruned(plan: SourcePlan, selection: KeySelection, storage: StorageOptions) -> SourcePlan:

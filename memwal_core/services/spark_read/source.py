@@ -16,6 +16,10 @@ reader takes no filters from Spark: Spark 4.3 would reuse a plan narrowed to
 one query's filters for the DataFrame's next query without filters
 (docs/spark-read.md#filters).
 
+Bad options are refused when the data source is made, in one line naming
+the option: Spark shows the Python traceback of the error, so it is raised
+from `__init__` itself, without the frames and causes beneath it.
+
 Storage options (credentials among them) live in the data source and the
 reader, never in a partition: partitions are shown in Spark's logs and errors.
 """
@@ -27,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from memwal_core.errors import SchemaError
+from memwal_core.errors import MemwalError, SchemaError
 from memwal_core.services.spark_read.options import SourceOptions
 from memwal_core.services.spark_read.plan import ReadSlice, SourcePlan, plan_source, slices
 from memwal_core.services.spark_read.rows import read_slice
@@ -45,9 +49,12 @@ class MemWalDataSource(DataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        parsed = SourceOptions.parse(options)
-        self.storage: StorageOptions = parsed.storage
-        self.plan: SourcePlan = plan_source(parsed)
+        try:
+            parsed = SourceOptions.parse(options)
+            self.storage: StorageOptions = parsed.storage
+            self.plan: SourcePlan = plan_source(parsed)
+        except MemwalError as exc:  # one line under one frame in Spark's error (module docstring)
+            raise exc.with_traceback(None) from None
 
     @classmethod
     def name(cls) -> str:
