@@ -41,9 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import memwal_core  # noqa: F401  # first: Lance's log at errors
 from memwal_core import MemWalTable, MemWalWriter, lsm_scanner, plan_read, register_spark_source
 from memwal_core.connect_server import ConnectServer
-from memwal_core.services.spark_read.options import SourceOptions
 from memwal_core.services.spark_read.plan import SourcePlan, slices
-from memwal_core.services.spark_read.source import MemWalReader
+from memwal_core.services.spark_read.source import MemWalDataSource
 from memwal_core.spark_session import connect_session, spark_session
 
 SCHEMA = pa.schema(
@@ -176,10 +175,10 @@ def main() -> None:
             )
 
         lookup_key = args.base_rows // 2 + 1
-        full = MemWalReader(SourceOptions.parse({"path": uri}), spark_schema())
-        key = MemWalReader(SourceOptions.parse({"path": uri, "keys": str(lookup_key)}), spark_schema())
-        print(f"plans (what each read opens): full read {opened(full.plan)}")
-        print(f"                              keys={lookup_key}: {opened(key.plan)}")
+        full = MemWalDataSource({"path": uri}).plan
+        key = MemWalDataSource({"path": uri, "keys": str(lookup_key)}).plan
+        print(f"plans (what each read opens): full read {opened(full)}")
+        print(f"                              keys={lookup_key}: {opened(key)}")
 
         started = time.perf_counter()
         sessions = {"classic": spark_session("local[*,2]", {"spark.ui.enabled": "false"})}
@@ -208,15 +207,6 @@ def main() -> None:
                 f"lookup / source-lsm {lookup / lsm:.2f}   {load()}\n",
                 flush=True,
             )
-
-
-def spark_schema() -> Any:
-    """The table's columns as Spark types, for the readers whose plans are printed."""
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-    return StructType(
-        [StructField("id", LongType(), False), StructField("n", LongType()), StructField("s", StringType())]
-    )
 
 
 if __name__ == "__main__":

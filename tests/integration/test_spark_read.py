@@ -12,12 +12,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import lance
 import pyarrow as pa
 import pytest
+from pyspark.errors import AnalysisException
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from memwal_core import (
@@ -35,7 +37,7 @@ from memwal_core.model.routing import region_spec_of
 from memwal_core.services.spark_read.options import SourceOptions
 from memwal_core.services.spark_read.plan import ReadSlice, SourcePlan, plan_source, slices
 from memwal_core.services.spark_read.rows import read_slice
-from memwal_core.services.spark_read.source import MemWalReader
+from memwal_core.services.spark_read.source import MemWalDataSource, MemWalReader
 from memwal_core.services.status import status
 from memwal_core.spark_session import connect_session, end_session
 from tests.support.model import ModelTable
@@ -224,14 +226,19 @@ def bucketed_table(uri: str, *, fragments: int, rows_per_fragment: int, buckets:
 SCHEMA_ID_NAME = StructType([StructField("id", LongType(), False), StructField("name", StringType(), True)])
 
 
+def source_reader(uri: str, **options: str) -> MemWalReader:
+    """The reader of `options`, made as Spark makes it: the data source (as `load()` makes it), then its reader."""
+    reader = MemWalDataSource({"path": uri, **options}).reader(SCHEMA_ID_NAME)
+    assert isinstance(reader, MemWalReader)
+    return reader
+
+
 def reader_plan(uri: str, **options: str) -> SourcePlan:
-    """The plan the source's reader makes for `options` (the reader run as Spark's planner runs it)."""
-    return MemWalReader(SourceOptions.parse({"path": uri, **options}), SCHEMA_ID_NAME).plan
+    return source_reader(uri, **options).plan
 
 
 def reader_slices(uri: str, **options: str) -> list[ReadSlice]:
-    reader = MemWalReader(SourceOptions.parse({"path": uri, **options}), SCHEMA_ID_NAME)
-    return [p.value for p in reader.partitions()]
+    return [p.value for p in source_reader(uri, **options).partitions()]
 
 
 def test_a_point_lookup_reads_one_region_and_only_the_fragment_its_key_is_in(
@@ -308,9 +315,96 @@ def test_a_dataframe_keeps_its_snapshot_and_no_query_narrows_the_next(session: A
         session.conf.set(pushdown, before)
     with MemWalWriter(uri) as writer:
         writer.put({"id": [5, 9_999_999], "name": ["later", "later"], "score": [1.0, 1.0]})
-    assert keyed(frame.toArrow().to_pylist()) == model, "a DataFrame reads the snapshot of its first query"
+    assert keyed(frame.toArrow().to_pylist()) == model, "a DataFrame reads the snapshot its load() fixed"
     with MemWalTable.open(uri) as table:
         assert spark_rows(session, uri) == lance_rows(table) != model, "a new load() reads the new writes"
+
+
+# Keys the writer rewrites in every flush, and DataFrames self-joined while it does.
+REWRITTEN_KEYS = 600
+SELF_JOINS = 8
+
+
+def test_both_sides_of_a_self_join_read_one_snapshot_while_a_writer_flushes(
+    session: Any, tmp_path: Path
+) -> None:
+    """Spark plans each side of a self-join on its own (the two sides even at once); both must read the
+    snapshot the DataFrame fixed, while Lance's writer flushes new versions of every key."""
+    uri = str(tmp_path / "events")
+    write_demo_table(uri, base_rows=REWRITTEN_KEYS, regions=2, rounds=1, rows_per_generation=10)
+    keys = list(range(REWRITTEN_KEYS))
+    flushes: list[float] = []
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        try:
+            with MemWalWriter(uri) as writer:
+                while not stop.is_set():
+                    name = f"flush-{len(flushes)}"
+                    writer.put({"id": keys, "name": [name] * len(keys), "score": [0.0] * len(keys)})
+                    writer.flush()
+                    flushes.append(time.monotonic())
+        except BaseException as exc:  # reported by the test thread
+            failures.append(exc)
+
+    spark_rows(session, uri)  # warm: the first read starts the Python workers
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    changed: list[int] = []
+    overlapped = 0
+    try:
+        for _ in range(SELF_JOINS):
+            started = time.monotonic()
+            frame = session.read.format("memwal").load(uri)
+            for _query in range(2):  # a new DataFrame's first query, then a later one
+                pairs = frame.alias("a").join(frame.alias("b"), "id")
+                changed.append(pairs.where("a.name != b.name").count())
+            overlapped += any(started < f < time.monotonic() for f in flushes)
+    finally:
+        stop.set()
+        writer.join()
+    assert not failures, failures
+    assert overlapped >= SELF_JOINS // 2, f"flushes committed during only {overlapped} of {SELF_JOINS} reads"
+    assert changed == [0] * len(changed), "the two sides of a self-join read different snapshots"
+
+
+# Nanoseconds since 1970: sub-microsecond digits, before 1970 by less than a microsecond, a null.
+NANOS = [1_700_000_000_123_456_789, -1, -1_001, 1_999, None, 5_000]
+NANOS_SCHEMA = pa.schema(
+    [
+        key_field("id", pa.int64()),
+        pa.field("at", pa.timestamp("ns")),
+        pa.field("at_zoned", pa.timestamp("ns", tz="Europe/Paris")),
+    ]
+)
+
+
+def nanos_row(key: int, nanos: int | None) -> dict[str, Any]:
+    return {"id": key, "at": nanos, "at_zoned": nanos}
+
+
+def as_spark(key: int, nanos: int | None) -> dict[str, Any]:
+    """What Spark holds for `nanos`: the microsecond at or before it (without, and with, a time zone)."""
+    if nanos is None:
+        return {"id": key, "at": None, "at_zoned": None}
+    naive = datetime(1970, 1, 1) + timedelta(microseconds=nanos // 1000)
+    return {"id": key, "at": naive, "at_zoned": naive.replace(tzinfo=UTC)}
+
+
+def test_nanosecond_timestamps_read_as_spark_microseconds_floored(session: Any, tmp_path: Path) -> None:
+    """Spark holds microseconds: a nanosecond timestamp is floored to one, as PySpark's own Arrow conversion
+    does, in the base and in pending generations, with and without a time zone."""
+    base = {i: n for i, n in enumerate(NANOS)}
+    table = ModelTable(tmp_path / "nanos", NANOS_SCHEMA, ["id"], [nanos_row(i, n) for i, n in base.items()])
+    pending = {0: -999, 1: None, 100: 1_234_567_891, 101: -2_000_000_001}
+    table.write(None, [("put", [nanos_row(i, n) for i, n in pending.items()])])
+    assert session.read.format("memwal").load(table.uri).schema.simpleString() == (
+        "struct<id:bigint,at:timestamp_ntz,at_zoned:timestamp>"
+    )
+    expected = {(i,): as_spark(i, n) for i, n in {**base, **pending}.items()}
+    assert spark_rows(session, table.uri) == expected
+    assert spark_rows(session, table.uri, use_lsm="false") == {(i,): as_spark(i, n) for i, n in base.items()}
 
 
 def test_a_key_in_two_regions_is_refused(session: Any, tmp_path: Path) -> None:
@@ -329,7 +423,7 @@ def test_a_planned_read_returns_its_snapshot_after_merge_gc_and_flush_commit(tmp
     log = write_demo_table(uri, base_rows=300, regions=3, rounds=3, rows_per_generation=40)
     snapshot = demo_model(log.model())
     options = SourceOptions.parse({"path": uri})
-    plan = plan_source(options, ["id", "name", "score"])
+    plan = plan_source(options).reading(["id", "name", "score"])
     output = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64())])
 
     with MemWalTable.open(uri) as table:
@@ -387,6 +481,53 @@ def test_reads_during_concurrent_merges_and_gc_return_the_same_rows(session: Any
     with MemWalTable.open(uri) as table:
         assert status(table).pending_total == 0
     assert spark_rows(session, uri) == model
+
+
+def refusal(session: Any, uri: str, **options: str) -> str:
+    """Spark's error for a DataFrame of `options`, raised when Spark makes its data source."""
+    with pytest.raises(AnalysisException) as refused:
+        frame = session.read.format("memwal").options(**options).load(uri)  # classic: made here
+        frame.schema  # noqa: B018 (Spark Connect makes a DataFrame's data source when first asked about it)
+    return str(refused.value)
+
+
+def test_a_bad_option_is_refused_when_the_dataframe_is_made_in_one_line_naming_it(
+    session: Any, tmp_path: Path
+) -> None:
+    """Spark shows a data source's error under the Python traceback that raised it: memwal's is one line
+    naming the option and its value, under the one frame that raised it, before any query runs."""
+    schema = pa.schema([key_field("name", pa.string()), pa.field("v", pa.int64())])
+    names = ["sp", " sp", "a,b"]
+    table = ModelTable(
+        tmp_path / "names", schema, ["name"], [{"name": n, "v": i} for i, n in enumerate(names)]
+    )
+    no_version = f"memwal source option version='999': table {table.uri} has no version 999 (its latest is 2)"
+    cases = {
+        "memwal source option keys='[abc' is not a JSON array (Expecting value": {"keys": "[abc"},
+        "memwal source option keys=' sp': text key ' sp' is empty or has spaces around it": {"keys": " sp"},
+        "memwal source option keys='sp,': text key '' is empty": {"keys": "sp,"},
+        no_version: {"version": "999"},
+        "memwal source option columns='name,nope': table": {"columns": "name,nope"},
+    }
+    for message, options in cases.items():
+        text = refusal(session, table.uri, **options)
+        (line,) = [line for line in text.splitlines() if "memwal source option" in line]
+        assert message in line, text
+        assert text.count('File "') == 1, f"more than the frame that raised it:\n{text}"
+    assert spark_rows(session, table.uri, key=("name",), keys='[" sp", "a,b"]') == {
+        (n,): {"name": n, "v": names.index(n)} for n in (" sp", "a,b")
+    }
+    hide = "spark.sql.execution.pyspark.udf.hideTraceback.enabled"
+    before = session.conf.get(hide)
+    session.conf.set(hide, "true")
+    try:  # Spark's own setting drops the traceback: the error is one line
+        assert (
+            refusal(session, table.uri, version="999")
+            .splitlines()[0]
+            .endswith(f"NotFoundError: {no_version}")
+        )
+    finally:
+        session.conf.set(hide, before)
 
 
 def test_bad_options_are_named_and_credentials_never_shown(

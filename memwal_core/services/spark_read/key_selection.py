@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from memwal_core.errors import BadInputError
 from memwal_core.model.lance_filter import literal, one_of, quoted
+from memwal_core.services.spark_read.options import KEYS
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def key_selection(
 ) -> KeySelection | None:
     """The selection the options ask for (None: every key), the values read as the key's type.
 
-    `keys` is a comma-separated list, or a JSON array for text keys that hold commas.
+    `keys` is a comma-separated list, or a JSON array for text keys that hold commas or spaces.
     """
     if keys is None and min_key is None and max_key is None:
         return None
@@ -90,9 +91,32 @@ def key_selection(
     selection = KeySelection(name, None, lowest, highest)
     if keys is None:
         return selection
-    listed = json.loads(keys) if keys.lstrip().startswith("[") else [v.strip() for v in keys.split(",")]
-    values = {_value(name, key_type, v, "keys") for v in listed}
+    values = {_value(name, key_type, v, KEYS) for v in _listed(keys, key_type)}
     return KeySelection(name, tuple(sorted(v for v in values if selection.admits(v))), lowest, highest)
+
+
+def _listed(keys: str, key_type: pa.DataType) -> list[Any]:
+    """The values of the `keys` option, or a one-line error naming it.
+
+    Spaces around a listed number are dropped; around a listed text key they may be part of the
+    key, so such a key (or an empty one) must come in a JSON array, where it is unambiguous.
+    """
+    if keys.lstrip().startswith("["):
+        try:
+            listed: list[Any] = json.loads(keys)
+        except json.JSONDecodeError as exc:
+            raise BadInputError(f"memwal source option {KEYS}={keys!r} is not a JSON array ({exc})") from None
+        return listed
+    values = keys.split(",")
+    if pa.types.is_string(key_type) or pa.types.is_large_string(key_type):
+        padded = next((v for v in values if not v or v != v.strip()), None)
+        if padded is not None:
+            raise BadInputError(
+                f"memwal source option {KEYS}={keys!r}: text key {padded!r} is empty or has spaces around "
+                f"it, which a comma-separated list leaves unclear: drop the spaces, or give the keys as "
+                f"a JSON array ({KEYS}={json.dumps(values)!r})"
+            )
+    return [v.strip() for v in values]
 
 
 def _value(name: str, key_type: pa.DataType, given: Any, option: str) -> Any:

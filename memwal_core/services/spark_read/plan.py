@@ -24,21 +24,25 @@ import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_core.errors import BadInputError, CorruptMetadataError
+from memwal_core.errors import BadInputError, CorruptMetadataError, NotFoundError
 from memwal_core.format.naming import MEM_WAL_DIR
 from memwal_core.model.evolution import TableFields
 from memwal_core.model.routing import RegionSpec, region_spec_of
 from memwal_core.model.table import MemWalTable, primary_key_of
 from memwal_core.services.reader import RegionRead, plan_read
 from memwal_core.services.spark_read.key_selection import KeySelection, key_selection
-from memwal_core.services.spark_read.options import SourceOptions
+from memwal_core.services.spark_read.options import COLUMNS, VERSION, SourceOptions
 from memwal_core.storage.lance_datasets import generation_key_bounds, open_dataset
 from memwal_core.storage.object_store import absolute_uri
 from memwal_core.storage.options import StorageOptions
+
+if TYPE_CHECKING:
+    import lance
 
 
 @dataclass(frozen=True)
@@ -62,8 +66,9 @@ class ReadSlice:
 class SourcePlan:
     """A read fixed at one table version: its columns, base fragments and regions' pending generations.
 
-    `fields` holds the columns read (the primary key, then the other output columns), with the
-    field ids that find them in generations written before a column was renamed, added or dropped.
+    `columns` are the columns returned; `fields` the columns read (the primary key, then the
+    others: every column of the table until `reading` narrows them to a query's), with the field
+    ids that find them in generations written before a column was renamed, added or dropped.
     """
 
     table_uri: str
@@ -87,23 +92,40 @@ class SourcePlan:
     def generation_uri(self, region: str, path: str) -> str:
         return f"{self.table_uri}/{MEM_WAL_DIR}/{region}/{path}"
 
+    def reading(self, columns: Sequence[str]) -> SourcePlan:
+        """The plan of a query that returns `columns` (the schema Spark gives the reader): only those
+        are read, besides the primary key."""
+        missing = [c for c in columns if c not in self.schema.names]
+        if missing:
+            raise BadInputError(f"table {self.table_uri} has no column {missing[0]!r}")
+        read = [*self.primary_key, *(c for c in columns if c not in self.primary_key)]
+        return replace(self, columns=tuple(columns), fields=self.fields.select(read))
+
     @property
     def where(self) -> str | None:
         """The key selection as Lance's filter text, applied to base and generations alike."""
         return self.keys.sql() if self.keys is not None else None
 
 
-def plan_source(options: SourceOptions, columns: Sequence[str]) -> SourcePlan:
+def plan_source(options: SourceOptions) -> SourcePlan:
     """Fix the snapshot: the table version (latest, or the one asked for) and every region's pending
-    generations; then, for a read of some keys only, leave out what cannot hold them."""
+    generations; then, for a read of some keys only, leave out what cannot hold them.
+
+    The plan holds every column of the table (`columns`: the ones the read returns unless told
+    otherwise); `reading` narrows it to the columns of a query's schema.
+    """
     with MemWalTable.open(options.uri, options.storage) as table:
-        base = table.dataset(options.version)
+        base = _version(table, options.version)
         primary_key = primary_key_of(base.schema)
         if not primary_key:
             raise CorruptMetadataError(f"table {table.uri} has no primary key; MemWAL-aware reads need one")
+        columns = options.columns or tuple(base.schema.names)
         missing = [c for c in columns if c not in base.schema.names]
         if missing:
-            raise BadInputError(f"table {table.uri} has no column {missing[0]!r}")
+            raise BadInputError(
+                f"memwal source option {COLUMNS}={','.join(columns)!r}: table {table.uri} has no column "
+                f"{missing[0]!r}"
+            )
         selection = key_selection(
             primary_key,
             base.schema.field(primary_key[0]).type,
@@ -111,7 +133,7 @@ def plan_source(options: SourceOptions, columns: Sequence[str]) -> SourcePlan:
             options.min_key,
             options.max_key,
         )
-        read = [*primary_key, *(c for c in columns if c not in primary_key)]
+        read = [*primary_key, *(c for c in base.schema.names if c not in primary_key)]
         regions: tuple[RegionRead, ...] = ()
         if options.use_lsm:
             regions = tuple(r for r in plan_read(table, version=base.version).regions if r.generations)
@@ -119,7 +141,7 @@ def plan_source(options: SourceOptions, columns: Sequence[str]) -> SourcePlan:
             table_uri=absolute_uri(table.uri),
             table_version=base.version,
             primary_key=tuple(primary_key),
-            columns=tuple(columns),
+            columns=columns,
             fields=TableFields.of(base).select(read),
             fragments=tuple(
                 FragmentRows(f.fragment_id, f.metadata.physical_rows) for f in base.get_fragments()
@@ -129,6 +151,18 @@ def plan_source(options: SourceOptions, columns: Sequence[str]) -> SourcePlan:
             rows_per_partition=options.rows_per_partition,
         )
     return plan if selection is None else pruned(plan, selection, options.storage)
+
+
+def _version(table: MemWalTable, version: int | None) -> lance.LanceDataset:
+    """The base table at `version` (None: the latest); a version it does not have is named as the option."""
+    try:
+        return table.dataset(version)
+    except NotFoundError as exc:  # the table itself was found when it was opened
+        if version is None:
+            raise
+        raise NotFoundError(
+            f"memwal source option {VERSION}='{version}': {exc} (its latest is {table.latest_version()})"
+        ) from None
 
 
 def pruned(plan: SourcePlan, selection: KeySelection, storage: StorageOptions) -> SourcePlan:

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memwal_core.errors import CorruptMetadataError
 from memwal_core.model.evolution import TOMBSTONE
@@ -123,4 +124,15 @@ def _fragment(base: lance.LanceDataset, plan: SourcePlan, fragment: int) -> lanc
 
 def _as_output(batch: pa.RecordBatch, output: pa.Schema) -> pa.RecordBatch:
     """`batch` in the column order and types Spark expects (a vector's fixed-size list becomes a list)."""
-    return pa.RecordBatch.from_arrays([batch.column(f.name).cast(f.type) for f in output], schema=output)
+    return pa.RecordBatch.from_arrays(
+        [_spark_column(batch.column(f.name), f.type) for f in output], schema=output
+    )
+
+
+def _spark_column(column: pa.Array, spark_type: pa.DataType) -> pa.Array:
+    """`column` as `spark_type`. Spark holds microseconds: nanosecond timestamps are floored to them, as
+    PySpark's own Arrow conversion floors them (`createDataFrame` of an Arrow table); nested in a list
+    or a struct they are cut toward zero, which differs only before 1970. Every other cast is safe."""
+    if pa.types.is_timestamp(column.type) and column.type.unit == "ns":
+        column = pc.floor_temporal(column, unit="microsecond")
+    return pc.cast(column, options=pc.CastOptions(spark_type, allow_time_truncate=True))

@@ -1,20 +1,27 @@
 """The `memwal` PySpark data source: a MemWAL-aware read of a Lance table, from a classic or a Connect session.
 
 Spark runs every method here in its own Python workers, never in the
-caller's process (on Spark Connect, the server's): `schema()` when the
-DataFrame is made, then the reader's planning (`__init__`, `partitions()`)
-in one worker on the driver and `read()` in each task. The reader is pickled
-before `partitions()` is called, so the snapshot is fixed in `__init__`;
-`partitions()` only cuts it.
+caller's process (on Spark Connect, the server's): the data source is made
+(`__init__`, then `schema()`) when Spark resolves `load()`, pickled, and kept
+on the DataFrame's relation; every planning of a query then unpickles that
+instance to make a reader (`reader()`, `partitions()`), and `read()` runs in
+each task.
 
-Spark keeps what that planning returns on the DataFrame (the relation of one
-`load()`) and reuses it for every later query of it, so a DataFrame reads one
-snapshot, fixed by its first query. The reader therefore takes no filters
-from Spark: Spark 4.3 would reuse a plan narrowed to one query's filters for
-the DataFrame's next query without filters (docs/spark-read.md#filters).
+Spark plans each reference to a relation on its own: both sides of a
+self-join, on two threads at once, and again when a query's filters are
+pushed. So the snapshot is fixed when the data source is made, and travels
+in the pickled instance: every plan of the DataFrame reads that one. A reader
+only narrows it to its query's columns and cuts it into partitions. The
+reader takes no filters from Spark: Spark 4.3 would reuse a plan narrowed to
+one query's filters for the DataFrame's next query without filters
+(docs/spark-read.md#filters).
 
-Storage options (credentials among them) live in the reader, never in a
-partition: partitions are shown in Spark's logs and errors.
+Bad options are refused when the data source is made, in one line naming
+the option: Spark shows the Python traceback of the error, so it is raised
+from `__init__` itself, without the frames and causes beneath it.
+
+Storage options (credentials among them) live in the data source and the
+reader, never in a partition: partitions are shown in Spark's logs and errors.
 """
 
 from __future__ import annotations
@@ -24,10 +31,11 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from memwal_core.model.table import MemWalTable
+from memwal_core.errors import MemwalError, SchemaError
 from memwal_core.services.spark_read.options import SourceOptions
-from memwal_core.services.spark_read.plan import ReadSlice, plan_source, slices
+from memwal_core.services.spark_read.plan import ReadSlice, SourcePlan, plan_source, slices
 from memwal_core.services.spark_read.rows import read_slice
+from memwal_core.storage.options import StorageOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -39,43 +47,43 @@ SOURCE_NAME = "memwal"
 class MemWalDataSource(DataSource):
     """`spark.read.format("memwal").options(**storage_options).load(uri)`: base table plus pending generations."""
 
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        try:
+            parsed = SourceOptions.parse(options)
+            self.storage: StorageOptions = parsed.storage
+            self.plan: SourcePlan = plan_source(parsed)
+        except MemwalError as exc:  # one line under one frame in Spark's error (module docstring)
+            raise exc.with_traceback(None) from None
+
     @classmethod
     def name(cls) -> str:
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        """The table's columns (or the `columns` option's), as Spark types: a vector becomes an array."""
+        """The columns the read returns, as Spark types: a vector becomes an array."""
         import pyarrow as pa
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        from memwal_core.errors import BadInputError, SchemaError
-
-        options = SourceOptions.parse(self.options)
-        with MemWalTable.open(options.uri, options.storage) as table:
-            arrow = table.dataset(options.version).schema
-        names = options.columns or tuple(arrow.names)
-        missing = [n for n in names if n not in arrow.names]
-        if missing:
-            raise BadInputError(f"table {options.uri} has no column {missing[0]!r}")
-        chosen = pa.schema([arrow.field(n) for n in names])
+        chosen = pa.schema([self.plan.schema.field(c) for c in self.plan.columns])
         try:
             return from_arrow_schema(chosen, prefer_timestamp_ntz=True)
         except (TypeError, ValueError) as exc:
-            raise SchemaError(f"table {options.uri} has a column Spark cannot read ({exc})") from None
+            raise SchemaError(f"table {self.plan.table_uri} has a column Spark cannot read ({exc})") from None
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return MemWalReader(SourceOptions.parse(self.options), schema)
+        return MemWalReader(self.plan, self.storage, schema)
 
 
 class MemWalReader(DataSourceReader):
-    """A DataFrame's read: the snapshot fixed when Spark plans its first query, its keys chosen by options."""
+    """One planning of a query: the DataFrame's snapshot, narrowed to the query's columns."""
 
-    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+    def __init__(self, plan: SourcePlan, storage: StorageOptions, schema: StructType) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        self.storage = options.storage
+        self.storage = storage
         self.output: pa.Schema = to_arrow_schema(schema, timezone="UTC")
-        self.plan = plan_source(options, schema.fieldNames())
+        self.plan = plan.reading(schema.fieldNames())
 
     def partitions(self) -> Sequence[InputPartition]:
         return [InputPartition(part) for part in slices(self.plan)]

@@ -31,6 +31,12 @@ def test_text_keys_with_commas_and_quotes_come_as_a_json_list() -> None:
     assert selection.sql() == "`name` IN ('a,b', 'o''neil')"
 
 
+def test_spaces_around_listed_numbers_are_dropped_and_text_keys_with_spaces_come_as_a_json_list() -> None:
+    assert key_selection(["id"], pa.int64(), " 1 , 2", None, None) == KeySelection("id", (1, 2))
+    selection = key_selection(["name"], pa.string(), '[" sp", ""]', None, None)
+    assert selection is not None and selection.values == ("", " sp")
+
+
 def test_no_option_selects_every_key_and_contradictions_select_none() -> None:
     assert key_selection(["id"], pa.int64(), None, None, None) is None
     empty = key_selection(["id"], pa.int64(), "1,2", "5", None)
@@ -46,6 +52,9 @@ def test_no_option_selects_every_key_and_contradictions_select_none() -> None:
         (["id"], pa.int8(), "300", "'300' is not a value of key column id (int8)"),
         (["id"], pa.binary(), "01", "key column id (binary)"),
         (["a", "b"], pa.int64(), "1", "one-column primary key, not ['a', 'b']"),
+        (["id"], pa.int64(), "[1,", "keys='[1,' is not a JSON array"),
+        (["name"], pa.string(), "a, b", "text key ' b' is empty or has spaces around it"),
+        (["name"], pa.string(), "a,,b", "text key '' is empty"),
     ],
 )
 def test_a_value_the_key_cannot_hold_is_named(
