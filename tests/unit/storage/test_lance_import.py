@@ -16,15 +16,18 @@ returned = time.perf_counter() - started
 loader = [t for t in threading.enumerate() if t.name == "memwal-lance-import"]
 assert len(loader) == 1 and loader[0].daemon, loader
 loader[0].join(60)
+imported = time.perf_counter() - started
 load_lance_meanwhile()  # loaded already: no second thread
 assert not [t for t in threading.enumerate() if t.name == "memwal-lance-import"]
-print(returned, hasattr(sys.modules["lance"], "LanceDataset"))
+print(returned, imported, hasattr(sys.modules["lance"], "LanceDataset"))
 """
 
 
 def test_lance_is_imported_on_a_thread_while_the_caller_goes_on() -> None:
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
-    returned, loaded = done.stdout.split()
+    returned, imported, loaded = done.stdout.split()
     assert loaded == "True"
-    assert float(returned) < 0.05, f"the call waited {returned} s for the import"
+    # Judged against the import itself (0.4 s of CPU on a quiet machine), which a loaded machine slows
+    # as much as the thread's start: a fixed 50 ms failed under load.
+    assert float(returned) < float(imported) / 5, f"the call waited {returned} s of the import's {imported} s"
