@@ -15,11 +15,21 @@ from memwal_core.arguments import checked
 from memwal_core.errors import BadInputError
 from memwal_core.storage.limits import TimeLimits, time_limits, with_lance_defaults
 
-_SECRET_MARKERS = ("secret", "password", "token", "credential", "key_id", "access_key", "sas")
+_SECRET_MARKERS = (
+    "secret",
+    "password",
+    "token",
+    "credential",
+    "key_id",
+    "access_key",
+    "sas",
+    "account_key",
+    "master_key",
+)
 
-# The options Lance 14 understands for local and S3 tables (object_store's S3 and HTTP client
-# keys, with their aliases, and Lance's own). Lance ignores any other key silently, so a typo
-# such as `aws_endpont` would send requests to AWS instead of the intended endpoint.
+# The options Lance 14 understands for local, S3, Azure and GCS tables (object_store's S3, Azure,
+# GCS and HTTP client keys, with their aliases, and Lance's own). Lance ignores any other key
+# silently, so a typo such as `aws_endpont` would send requests to AWS instead of the intended endpoint.
 _S3_KEYS = [
     "access_key_id",
     "secret_access_key",
@@ -55,6 +65,49 @@ _S3_KEYS = [
     "sse_bucket_key_enabled",
     "sse_customer_key_base64",
 ]
+# object_store's Azure keys with their aliases (Lance hands a table's options to its builder, as memwal's
+# own client does): each line one setting.
+AZURE_KEYS = frozenset(
+    [
+        *("azure_storage_account_name", "account_name"),
+        *("azure_storage_account_key", "azure_storage_access_key", "azure_storage_master_key"),
+        *("master_key", "account_key", "access_key"),
+        *("azure_storage_client_id", "azure_client_id", "client_id"),
+        *("azure_storage_client_secret", "azure_client_secret", "client_secret"),
+        *("azure_storage_tenant_id", "azure_storage_authority_id", "azure_tenant_id", "azure_authority_id"),
+        *("tenant_id", "authority_id"),
+        *("azure_storage_authority_host", "azure_authority_host", "authority_host"),
+        *("azure_storage_sas_key", "azure_storage_sas_token", "sas_key", "sas_token"),
+        *("azure_storage_token", "bearer_token", "token"),
+        *("azure_storage_use_emulator", "use_emulator"),
+        *("azure_storage_endpoint", "azure_endpoint", "endpoint"),
+        *("azure_msi_endpoint", "azure_identity_endpoint", "identity_endpoint", "msi_endpoint"),
+        *("azure_object_id", "object_id"),
+        *("azure_msi_resource_id", "msi_resource_id"),
+        *("azure_federated_token_file", "federated_token_file"),
+        *("azure_use_fabric_endpoint", "use_fabric_endpoint"),
+        *("azure_use_azure_cli", "use_azure_cli"),
+        *("azure_skip_signature", "skip_signature"),
+        *("azure_container_name", "container_name"),
+        *("azure_disable_tagging", "disable_tagging"),
+        *("azure_fabric_token_service_url", "fabric_token_service_url"),
+        *("azure_fabric_workload_host", "fabric_workload_host"),
+        *("azure_fabric_session_token", "fabric_session_token"),
+        *("azure_fabric_cluster_identifier", "fabric_cluster_identifier"),
+    ]
+)
+# object_store's GCS keys with their aliases.
+GOOGLE_KEYS = frozenset(
+    [
+        *("google_service_account", "service_account", "google_service_account_path", "service_account_path"),
+        *("google_service_account_key", "service_account_key"),
+        *("google_bucket", "google_bucket_name", "bucket", "bucket_name"),
+        *("google_base_url", "base_url"),
+        *("google_application_credentials", "application_credentials"),
+        *("google_bearer_token", "bearer_token"),
+        *("google_skip_signature", "skip_signature"),
+    ]
+)
 USER_AGENT = "user_agent"
 _CLIENT_KEYS = [
     "allow_http",
@@ -108,7 +161,17 @@ DEFAULT_CONCURRENT_REQUESTS = 64
 CONCURRENT_REQUESTS_LIMIT = 1024
 _MEMWAL_KEYS = [MAX_CONCURRENT_REQUESTS]
 KNOWN_KEYS = frozenset(
-    [*_S3_KEYS, *(f"aws_{k}" for k in _S3_KEYS), *_CLIENT_KEYS, *_LANCE_KEYS, *_MEMWAL_KEYS]
+    [
+        *_S3_KEYS,
+        *(f"aws_{k}" for k in _S3_KEYS),
+        *AZURE_KEYS,
+        *GOOGLE_KEYS,
+        *_CLIENT_KEYS,
+        # `allow_http` as object_store's Azure and GCS builders also spell it.
+        *("azure_allow_http", "google_allow_http"),
+        *_LANCE_KEYS,
+        *_MEMWAL_KEYS,
+    ]
 )
 # Lance scopes an option to one registered base path as `base_<id>.<key>`.
 _BASE_SCOPED = re.compile(r"^base_\d+\.")

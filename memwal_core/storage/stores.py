@@ -9,12 +9,25 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from memwal_core.errors import BadInputError
+from memwal_core.storage.azure import SCHEMES as AZURE_SCHEMES
+from memwal_core.storage.azure import AzureStore
+from memwal_core.storage.gcs import GcsStore
 from memwal_core.storage.local import LOCAL_PARALLELISM, LocalStore
 from memwal_core.storage.object_store import ObjectStore
 from memwal_core.storage.options import StorageOptions
 from memwal_core.storage.s3 import S3Store
 
-SUPPORTED = "a path, file:/PATH, file:///PATH or s3://BUCKET/PREFIX"
+SUPPORTED = (
+    "a path, file:/PATH, file:///PATH, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX, "
+    "abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/PREFIX or gs://BUCKET/PREFIX"
+)
+# The cloud schemes, and what each calls the URI's first part.
+_CONTAINERS = {"s3": "bucket", "gs": "bucket", **dict.fromkeys(AZURE_SCHEMES, "container")}
+
+
+def is_cloud_uri(uri: str) -> bool:
+    """Whether a normalised URI names an object store (not a local path)."""
+    return uri.split("://", 1)[0] in _CONTAINERS if "://" in uri else False
 
 
 def refuse_credentials(uri: str, instead: str) -> None:
@@ -26,6 +39,8 @@ def refuse_credentials(uri: str, instead: str) -> None:
     scheme, sep, rest = uri.partition("://")
     authority = rest.split("/", 1)[0]
     userinfo = "@" in authority or ("@" in rest and ":" in rest.split("@", 1)[0])
+    if scheme.lower() == "abfss" and ":" not in rest.split("@", 1)[0]:
+        userinfo = False  # `abfss://CONTAINER@ACCOUNT.dfs.core.windows.net`: the container, no credential
     if sep and userinfo:
         raise BadInputError(f"the URI {scheme}://***@{rest.rsplit('@', 1)[1]} holds credentials: {instead}")
 
@@ -36,7 +51,8 @@ def normalize_uri(uri: str) -> str:
     A `file:` URI (`file:/abs`, `file:///abs`, `file://localhost/abs`, percent-
     encoded) becomes its absolute local path: Lance read `file:/abs` as the path,
     memwal as `./file:/abs`, and each wrote its part of a table in its own place.
-    A path stays as given. Credentials in the URI (`s3://KEY:SECRET@bucket`) are
+    A cloud URI (`s3://`, `az://`, `abfss://`, `gs://`) keeps its spelling, the
+    scheme in lower case. A path stays as given. Credentials in the URI (`s3://KEY:SECRET@bucket`) are
     refused without echoing them: they belong in storage options, which are never
     shown. Any other scheme is refused, naming the ones memwal reads.
     """
@@ -47,10 +63,14 @@ def normalize_uri(uri: str) -> str:
         return uri.rstrip("/") or uri  # a plain path (also `C:`-like one-letter prefixes, no scheme)
     refuse_credentials(uri, "pass them as storage options (-o KEY=VALUE, or a table's storage_options_env)")
     parts = urlsplit(uri)
-    if parts.scheme == "s3":
-        if not parts.netloc:
-            raise BadInputError(f"the URI {uri} names no bucket (use s3://BUCKET/PREFIX)")
-        return f"s3://{rest.lstrip('/')}".rstrip("/")  # as written: `?` and `*` are a source glob's
+    if parts.scheme in _CONTAINERS:
+        container = _CONTAINERS[parts.scheme]
+        if not parts.netloc or parts.netloc.startswith("@"):
+            raise BadInputError(
+                f"the URI {uri} names no {container} (use {parts.scheme}://{container.upper()}/PREFIX)"
+            )
+        # As written: `?` and `*` are a source glob's.
+        return f"{parts.scheme}://{rest.lstrip('/')}".rstrip("/")
     if parts.scheme == "file":
         if parts.query or parts.fragment:
             raise BadInputError(
@@ -66,12 +86,18 @@ def normalize_uri(uri: str) -> str:
 
 
 def open_store(uri: str, options: StorageOptions | None = None) -> ObjectStore:
-    """The store for a table URI: a local path, `file:...` or `s3://bucket/prefix`."""
+    """The store for a table URI: a local path, `file:...`, `s3://`, `az://`, `abfss://` or `gs://`."""
     options = options or StorageOptions()
     uri = normalize_uri(uri)
-    if uri.startswith("s3://"):
+    scheme = uri.split("://", 1)[0] if is_cloud_uri(uri) else ""
+    parallelism = options.max_concurrent_requests()
+    if scheme == "s3":
         bucket, _, prefix = uri[len("s3://") :].partition("/")
-        return S3Store(bucket, prefix, options, parallelism=options.max_concurrent_requests())
+        return S3Store(bucket, prefix, options, parallelism=parallelism)
+    if scheme in AZURE_SCHEMES:
+        return AzureStore(uri, options, parallelism=parallelism)
+    if scheme == "gs":
+        return GcsStore(uri, options, parallelism=parallelism)
     return LocalStore(
         Path(uri).expanduser().absolute(), parallelism=options.max_concurrent_requests(LOCAL_PARALLELISM)
     )

@@ -177,5 +177,5 @@ def test_a_child_forked_after_requests_fails_at_once(seaweed: Any) -> None:
     with os.fdopen(reader, "rb") as pipe:
         said = pipe.read().decode()
     os.waitpid(pid, 0)
-    assert "forked after it made S3 requests" in said, said
+    assert "forked after it made storage requests" in said, said
     assert store.read("a.bin") == b"x"  # the parent's runtime is untouched
