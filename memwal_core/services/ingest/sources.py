@@ -1,4 +1,4 @@
-"""Ingestion sources: files (Parquet, CSV, JSON lines) named by paths or globs, local or on S3.
+"""Ingestion sources: files (Parquet, CSV, JSON lines) named by paths or globs, local or in an object store.
 
 Both ingestion engines read a file the same way, with pyarrow: CSV and JSON
 are parsed with the table's column types (so a value that does not fit fails
@@ -11,13 +11,21 @@ client), never through a Python file object: Arrow reads on its own threads,
 and a thread that calls into Python while the interpreter exits is killed
 inside Arrow's C++ code, which aborts the process ("terminate called without
 an active exception") after the command has already reported. s3fs only lists.
+
+Azure and GCS sources (`az://`, `abfss://`, `gs://`) go through memwal's own
+client, with the table's kind of credentials: it lists them, and downloads
+each file to a temporary file (removed once read) that Arrow reads as a local
+one. Arrow's own Azure and GCS clients take other credentials than Lance's
+(no service account file, for one).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import glob
 import os
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +34,9 @@ import pyarrow as pa
 
 from memwal_core.errors import BadInputError, NotFoundError, SchemaError, StorageError, first_line
 from memwal_core.model.rows import conform
+from memwal_core.storage.cloud import CloudStore
 from memwal_core.storage.options import StorageOptions
-from memwal_core.storage.stores import normalize_uri
+from memwal_core.storage.stores import is_cloud_uri, normalize_uri, open_store
 
 FORMATS = ("parquet", "csv", "json")
 _EXTENSIONS = {
@@ -138,6 +147,8 @@ class SourceFiles:
                 return _arrow_s3(self.storage_options).open_input_file(path[len("s3://") :])
             except OSError as exc:
                 raise StorageError(f"cannot read source {path}: {first_line(exc)}") from None
+        if is_cloud_uri(path):
+            return _downloaded(path, dict(self.storage_options))
         return pa.OSFile(path, "rb")
 
     def read(self, path: str, schema: pa.Schema) -> Iterator[pa.Table]:
@@ -157,7 +168,7 @@ class SourceFiles:
                 ) from None
             raise SchemaError(f"source {path}: {first_line(exc)}") from None
         except OSError as exc:  # a local file we may not read is bad input; S3 trouble is the store's
-            failure = StorageError if path.startswith("s3://") else BadInputError
+            failure = StorageError if is_cloud_uri(path) else BadInputError
             raise failure(f"cannot read source {path}: {first_line(exc)}") from None
 
 
@@ -215,7 +226,10 @@ def resolve_sources(
     options = dict(storage_options or {})
     files: list[str] = []
     for path in map(normalize_uri, paths):
-        matched = _expand_s3(path, options) if path.startswith("s3://") else _expand_local(path)
+        if path.startswith("s3://"):
+            matched = _expand_s3(path, options)
+        else:
+            matched = _expand_cloud(path, options) if is_cloud_uri(path) else _expand_local(path)
         if not matched and os.path.isdir(path):
             raise BadInputError(
                 f"source folder {path} holds no files (names starting with . or _ are skipped)"
@@ -223,7 +237,7 @@ def resolve_sources(
         if not matched:
             raise NotFoundError(f"source {path} does not exist")
         # Opening a FIFO or a device would block or read forever; a directory a glob matched is no file.
-        irregular = [f for f in matched if not f.startswith("s3://") and not os.path.isfile(f)]
+        irregular = [f for f in matched if not is_cloud_uri(f) and not os.path.isfile(f)]
         if irregular:
             raise BadInputError(f"source {irregular[0]} is not a regular file")
         files.extend(matched)
@@ -258,3 +272,53 @@ def _expand_s3(path: str, options: Mapping[str, str]) -> list[str]:
     except OSError as exc:
         raise StorageError(f"cannot list source {path}: {first_line(exc)}") from None
     return sorted(f"s3://{p}" for p in found)
+
+
+def _cloud(path: str, options: Mapping[str, str]) -> tuple[CloudStore, str, str]:
+    """memwal's client for the container or bucket of an Azure or GCS source, its URI, and the key."""
+    scheme, _, rest = path.partition("://")
+    authority, _, key = rest.partition("/")
+    root = f"{scheme}://{authority}"
+    store = open_store(root, StorageOptions(options))
+    assert isinstance(store, CloudStore)
+    return store, root, key
+
+
+def _expand_cloud(path: str, options: Mapping[str, str]) -> list[str]:
+    """Files of an Azure or GCS source: a glob (`*`, `?` and `[...]` within one path segment), a folder
+    (its files, names starting with . or _ skipped, as for S3), or one file."""
+    store, root, key = _cloud(path, options)
+    if glob.has_magic(key):
+        parts = key.split("/")
+        fixed = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+        found = [
+            info.path
+            for info in store.list_files("/".join(parts[:fixed]), recursive=True)
+            if _matches(info.path.split("/"), parts)
+        ]
+    else:
+        found = [
+            info.path
+            for info in store.list_files(key, recursive=True)
+            if not os.path.basename(info.path).startswith((".", "_"))
+        ]
+        if not found and key and store.exists(key):
+            found = [key]
+    return sorted(f"{root}/{p}" for p in found)
+
+
+def _matches(names: list[str], patterns: list[str]) -> bool:
+    return len(names) == len(patterns) and all(map(fnmatch.fnmatchcase, names, patterns))
+
+
+def _downloaded(path: str, options: Mapping[str, str]) -> pa.NativeFile:
+    """An Azure or GCS source as Arrow's own local file: downloaded to a temporary file whose name is
+    removed at once, so the file goes when Arrow closes it."""
+    store, _, key = _cloud(path, options)
+    fd, name = tempfile.mkstemp(prefix="memwal-source-")
+    try:
+        with os.fdopen(fd, "wb") as target:
+            store.read_into(key, target)
+        return pa.OSFile(name, "rb")
+    finally:
+        os.unlink(name)
