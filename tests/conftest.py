@@ -1,8 +1,8 @@
-"""Shared fixtures: one SparkSession and one S3 server for the whole test session.
+"""Shared fixtures: one SparkSession, one S3 server and one Azure server for the whole test session.
 
-The `s3`, `spark` and `soak` markers are given here, from what a test uses, so
-`-m "not s3"` (or spark, soak) slices the suite without anyone remembering to
-mark a test; a test that reaches SeaweedFS or Spark some other way fails until
+The `s3`, `azure`, `spark` and `soak` markers are given here, from what a test uses, so
+`-m "not s3"` (or azure, spark, soak) slices the suite without anyone remembering to
+mark a test; a test that reaches SeaweedFS, Azurite or Spark some other way fails until
 the rule below covers it.
 """
 
@@ -24,7 +24,11 @@ os.environ.setdefault("LANCEDB_LOG", "error")
 
 # Marker -> the fixtures that start its server, and the parameter value that selects it
 # (an engine or store parametrized by name, whose fixture is fetched inside the test).
-HEAVY = {"s3": ({"seaweed"}, "s3"), "spark": ({"spark", "standalone_spark"}, "spark")}
+HEAVY = {
+    "s3": ({"seaweed"}, "s3"),
+    "azure": ({"azurite"}, "azure"),
+    "spark": ({"spark", "standalone_spark"}, "spark"),
+}
 SOAK_MODULES = ("test_soak.py",)
 
 
@@ -79,11 +83,14 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield server
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "azure"])
 def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str]]:
-    """A fresh, empty store root on local disk or in the SeaweedFS bucket."""
+    """A fresh, empty store root on local disk, in the SeaweedFS bucket or in the Azurite container."""
     if request.param == "local":
         return str(tmp_path / "store"), {}
+    if request.param == "azure":
+        azurite = request.getfixturevalue("azurite")
+        return f"az://memwal-test/storage-{uuid.uuid4().hex}", azurite.storage_options()
     seaweed = request.getfixturevalue("seaweed")
     return f"s3://memwal-test/storage-{uuid.uuid4().hex}", seaweed.storage_options()
 
@@ -96,6 +103,19 @@ def seaweed() -> Iterator[Any]:
     server = SeaweedServer()
     try:
         server.create_bucket("memwal-test")
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[Any]:
+    """One real Azurite Blob server for the session, with container "memwal-test" created."""
+    from tests.support.azurite import AzuriteServer
+
+    server = AzuriteServer()
+    try:
+        server.create_container("memwal-test")
         yield server
     finally:
         server.stop()
