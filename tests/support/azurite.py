@@ -34,8 +34,6 @@ from tests.support.service import (
     stop_process_group,
 )
 
-# The version `.ci/run` installs.
-AZURITE_VERSION = "3.37.0"
 # Azurite's well-known development account (public, in Microsoft's documentation).
 ACCOUNT = "devstoreaccount1"
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -52,7 +50,7 @@ def azurite_binary() -> str:
     found = shutil.which("azurite-blob")
     if found is None:
         raise FileNotFoundError(
-            f"azurite-blob not found; install it: npm install --prefix .venv/node azurite@{AZURITE_VERSION}"
+            "azurite-blob not found; install it as .ci/run does (npm install --prefix .venv/node azurite@VERSION)"
         )
     return found
 

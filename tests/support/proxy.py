@@ -17,10 +17,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Collection
+from urllib.parse import urlsplit
 
 from tests.support.service import LOOPBACK, InProcessListener
 
 _METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
+# The endpoint options of the test servers (SeaweedFS's S3, Azurite's Blob service).
+_ENDPOINT_KEYS = ("aws_endpoint", "azure_storage_endpoint")
 
 
 def request_line(chunk: bytes) -> str | None:
@@ -54,8 +57,9 @@ class ForwardingProxy(InProcessListener):
         threading.Thread(target=self._responses, args=(upstream, connection, doomed), daemon=True).start()
 
     def storage_options(self, options: dict[str, str]) -> dict[str, str]:
-        """`options` (a SeaweedServer's) with the endpoint pointing at this proxy."""
-        return {**options, "aws_endpoint": self.url}
+        """`options` (a SeaweedServer's or AzuriteServer's) with the endpoint pointing at this proxy (its path,
+        Azurite's account, kept)."""
+        return {k: self.url + urlsplit(v).path if k in _ENDPOINT_KEYS else v for k, v in options.items()}
 
     def on_request(self, line: str) -> object:
         """Called before a request is forwarded; anything truthy dooms the answers on this connection."""

@@ -96,6 +96,11 @@ class SeaweedServer(LoopbackService):
         return f"http://{LOOPBACK}:{self.ports['s3.port']}"
 
     @property
+    def port(self) -> int:
+        """The S3 endpoint's port (a proxy's upstream)."""
+        return self.ports["s3.port"]
+
+    @property
     def pid(self) -> int | None:
         """PID (and process-group id) of the running `weed` process."""
         return None if self._process is None else self._process.pid
