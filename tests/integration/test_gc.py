@@ -12,7 +12,6 @@ import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import lance
 import pyarrow as pa
@@ -384,9 +383,12 @@ def test_kill_minus_nine_then_rerun_is_consistent(tmp_path: Path) -> None:
     model.assert_merged()
 
 
-def test_s3_end_to_end_through_the_cli(seaweed: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    uri = f"s3://memwal-test/gc-{uuid.uuid4().hex}"
-    options = seaweed.storage_options()
+@pytest.mark.parametrize(("store", "scheme", "server"), [("s3", "s3", "seaweed"), ("azure", "az", "azurite")])
+def test_object_store_end_to_end_through_the_cli(
+    store: str, scheme: str, server: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = f"{scheme}://memwal-test/gc-{uuid.uuid4().hex}"
+    options = request.getfixturevalue(server).storage_options()
     model = new_table(uri, options)
     region = write_generations(model, None, 3, 1)
     with MemWalTable.open(uri, options) as table:

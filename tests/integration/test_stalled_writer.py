@@ -134,16 +134,17 @@ def table_keys(uri: str, options: dict[str, str]) -> tuple[dict[int, str], dict[
 @pytest.mark.parametrize("kind", ["native", "memwal"])
 @pytest.mark.parametrize(
     ("store", "how"),
-    # S3 sets an object's time itself, so the aged files are on local disk.
-    [("local", "grace-0"), ("local", "default-grace-aged"), ("s3", "grace-0")],
+    # S3 and Azure set an object's time themselves, so the aged files are on local disk.
+    [("local", "grace-0"), ("local", "default-grace-aged"), ("s3", "grace-0"), ("azure", "grace-0")],
 )
 def test_a_woken_writer_is_refused_or_read(
     tmp_path: Path, store: str, how: str, kind: str, request: pytest.FixtureRequest
 ) -> None:
-    if store == "s3":
+    if store != "local":
+        scheme, server = {"s3": ("s3", "seaweed"), "azure": ("az", "azurite")}[store]
         root, options = (
-            f"s3://memwal-test/stalled-{uuid.uuid4().hex}",
-            request.getfixturevalue("seaweed").storage_options(),
+            f"{scheme}://memwal-test/stalled-{uuid.uuid4().hex}",
+            request.getfixturevalue(server).storage_options(),
         )
     else:
         root, options = str(tmp_path), {}

@@ -1,10 +1,11 @@
-"""Lost responses on the write path, through a fault proxy in front of SeaweedFS.
+"""Lost responses on the write path, through a fault proxy in front of SeaweedFS (and Azurite).
 
 Each fault point (the WAL PUT, a flush's generation files, its region-manifest
 PUT, a claim's manifest PUT) is hit while the object is stored but the client
 sees a 500 or a reset connection. Every test then checks the table against the
 model of acknowledged writes (nothing acknowledged lost) and runs every
-command on it.
+command on it. The lost WAL put, the claims and the flush manifest run on
+Azure too, where a retry that meets the stored object is answered 409, not 412.
 """
 
 from __future__ import annotations
@@ -43,23 +44,33 @@ def rows(ids: range | list[int], value: str) -> pa.Table:
     return pa.Table.from_pylist([{"id": i, "v": value} for i in ids], schema=KEYED_SCHEMA)
 
 
+# Runs a test on SeaweedFS and on Azurite.
+BOTH_STORES = pytest.mark.parametrize("server", ["s3", "azure"], indirect=True)
+
+
 @pytest.fixture
-def table(seaweed: Any) -> str:
-    """A base table of keys 0..9 with MemWAL (manual regions) on SeaweedFS."""
-    uri = f"s3://memwal-test/write-faults-{uuid.uuid4().hex}"
-    lance.write_dataset(rows(range(10), "base"), uri, storage_options=seaweed.storage_options())
-    lance.dataset(uri, storage_options=seaweed.storage_options()).initialize_mem_wal()
+def server(request: pytest.FixtureRequest) -> Any:
+    """SeaweedFS, or the store a test is parametrized with (`BOTH_STORES`)."""
+    return request.getfixturevalue({"s3": "seaweed", "azure": "azurite"}[getattr(request, "param", "s3")])
+
+
+@pytest.fixture
+def table(server: Any) -> str:
+    """A base table of keys 0..9 with MemWAL (manual regions) on the test's server."""
+    uri = f"{server.scheme}://memwal-test/write-faults-{uuid.uuid4().hex}"
+    lance.write_dataset(rows(range(10), "base"), uri, storage_options=server.storage_options())
+    lance.dataset(uri, storage_options=server.storage_options()).initialize_mem_wal()
     return uri
 
 
 @pytest.fixture
-def proxy(seaweed: Any) -> Iterator[ResponseFaults]:
-    with ResponseFaults(int(seaweed.endpoint.rsplit(":", 1)[1])) as faults:
+def proxy(server: Any) -> Iterator[ResponseFaults]:
+    with ResponseFaults(server.port) as faults:
         yield faults
 
 
-def through(seaweed: Any, proxy: ResponseFaults) -> dict[str, str]:
-    return {**seaweed.storage_options(), **FAST, "aws_endpoint": proxy.url}
+def through(server: Any, proxy: ResponseFaults | HoldOneRequest) -> dict[str, str]:
+    return {**proxy.storage_options(server.storage_options()), **FAST}
 
 
 def flushed_view(uri: str, options: dict[str, str]) -> dict[int, str | None]:
@@ -80,7 +91,7 @@ def assert_every_command_works(uri: str, options: dict[str, str]) -> None:
 
 @pytest.mark.timeout(240)  # before the fix the failed put never returned: Lance retried without end
 def test_failed_writer_close_leaves_acknowledged_writes_flushed(
-    seaweed: Any, table: str, proxy: ResponseFaults
+    server: Any, table: str, proxy: ResponseFaults
 ) -> None:
     """The soak's lost writes, deterministically.
 
@@ -95,7 +106,7 @@ def test_failed_writer_close_leaves_acknowledged_writes_flushed(
     """
     region = str(uuid.uuid4())
     acknowledged = {i: "base" for i in range(10)}
-    writer = MemWalWriter(table, through(seaweed, proxy), region=region, max_memtable_rows=1000)
+    writer = MemWalWriter(table, through(server, proxy), region=region, max_memtable_rows=1000)
     for op in range(1, 8):
         writer.put(rows([op], f"op{op}"))
         acknowledged[op] = f"op{op}"
@@ -110,24 +121,25 @@ def test_failed_writer_close_leaves_acknowledged_writes_flushed(
     assert proxy.failed, "the faults were not hit"
     proxy.faults.clear()
     writer.close()
-    view = flushed_view(table, seaweed.storage_options())
+    view = flushed_view(table, server.storage_options())
     lost = {k: v for k, v in acknowledged.items() if view.get(k) != v}
     assert not lost, f"acknowledged but not flushed after a clean close: {lost}"
     assert view.get(8) in (uncertain, "op8")
 
 
-def test_lost_wal_put_answer_is_written_again(seaweed: Any, table: str, proxy: ResponseFaults) -> None:
+@BOTH_STORES
+def test_lost_wal_put_answer_is_written_again(server: Any, table: str, proxy: ResponseFaults) -> None:
     """A WAL PUT whose answer is lost (reset): the put is written again after a fresh claim and acknowledged."""
     region = str(uuid.uuid4())
-    with MemWalWriter(table, through(seaweed, proxy), region=region, max_memtable_rows=1000) as writer:
+    with MemWalWriter(table, through(server, proxy), region=region, max_memtable_rows=1000) as writer:
         writer.put(rows([1], "a"))
         proxy.faults.append(Fault("PUT", "/wal/", answer="reset"))
         writer.put(rows([2], "b"))
         writer.put(rows([3], "c"))
     assert len(proxy.failed) == 1
-    view = flushed_view(table, seaweed.storage_options())
+    view = flushed_view(table, server.storage_options())
     assert (view[1], view[2], view[3]) == ("a", "b", "c")
-    assert_every_command_works(table, seaweed.storage_options())
+    assert_every_command_works(table, server.storage_options())
 
 
 def claim_put(region: str, version: int) -> str:
@@ -135,43 +147,45 @@ def claim_put(region: str, version: int) -> str:
     return rf"/_mem_wal/{region}/manifest/{region_manifest_name(version)}"
 
 
-def test_lost_claim_answer_is_claimed_again(seaweed: Any, table: str, proxy: ResponseFaults) -> None:
+@BOTH_STORES
+def test_lost_claim_answer_is_claimed_again(server: Any, table: str, proxy: ResponseFaults) -> None:
     """The claim's manifest PUT lands but its connection is reset: Lance reads its own claim as another
     writer's ("another writer claimed epoch 2"), and memwal, seeing that PUT unanswered, claims again."""
     region = str(uuid.uuid4())
-    with MemWalWriter(table, through(seaweed, proxy), region=region, max_memtable_rows=1000) as writer:
+    with MemWalWriter(table, through(server, proxy), region=region, max_memtable_rows=1000) as writer:
         writer.put(rows([1, 2], "a"))  # claims version 1, and its close flushes version 2
     proxy.faults.append(Fault("PUT", claim_put(region, 3), answer="reset"))
-    with MemWalWriter(table, through(seaweed, proxy), region=region, max_memtable_rows=1000) as writer:
+    with MemWalWriter(table, through(server, proxy), region=region, max_memtable_rows=1000) as writer:
         writer.put(rows([3], "b"))
     assert len(proxy.failed) == 1, proxy.requests
-    view = flushed_view(table, seaweed.storage_options())
+    view = flushed_view(table, server.storage_options())
     assert (view[1], view[2], view[3]) == ("a", "a", "b")
-    assert MemWalTable(table, seaweed.storage_options()).region_store(region).read(3).writer_epoch == 2
-    assert_every_command_works(table, seaweed.storage_options())
+    assert MemWalTable(table, server.storage_options()).region_store(region).read(3).writer_epoch == 2
+    assert_every_command_works(table, server.storage_options())
 
 
-def test_refused_claim_answer_reads_as_a_lost_race(seaweed: Any, table: str, proxy: ResponseFaults) -> None:
+@BOTH_STORES
+def test_refused_claim_answer_reads_as_a_lost_race(server: Any, table: str, proxy: ResponseFaults) -> None:
     """The claim's PUT lands but is answered 500: the object store retries it and is refused (already
     there), which is what a lost race looks like. The writer stops as fenced, and says it may be its own."""
     region = str(uuid.uuid4())
     proxy.faults.append(Fault("PUT", claim_put(region, 1)))
     with (
-        MemWalWriter(table, through(seaweed, proxy), region=region) as writer,
+        MemWalWriter(table, through(server, proxy), region=region) as writer,
         pytest.raises(FencedError, match="retried this writer's own claim"),
     ):
         writer.put(rows([1], "a"))
     assert len(proxy.failed) == 1, proxy.requests
 
 
-def test_lost_claim_race_is_fenced(seaweed: Any, table: str) -> None:
+@BOTH_STORES
+def test_lost_claim_race_is_fenced(server: Any, table: str) -> None:
     """Another writer claims between this writer's read of the newest manifest and its PUT: FencedError,
     and the loser never claims again, so the winner writes on."""
     region = str(uuid.uuid4())
-    upstream = int(seaweed.endpoint.rsplit(":", 1)[1])
-    options = seaweed.storage_options()
-    with HoldOneRequest(upstream, method="PUT", path_part=f"/{region}/manifest/") as held:
-        loser = MemWalWriter(table, {**options, **FAST, "aws_endpoint": held.url}, region=region)
+    options = server.storage_options()
+    with HoldOneRequest(server.port, method="PUT", path_part=f"/{region}/manifest/") as held:
+        loser = MemWalWriter(table, through(server, held), region=region)
         lost: list[BaseException] = []
 
         def put() -> None:
@@ -197,17 +211,17 @@ def test_lost_claim_race_is_fenced(seaweed: Any, table: str) -> None:
 
 
 @pytest.mark.parametrize("path", ["_gen_[0-9]+/data/", "_gen_[0-9]+/_versions/", "_gen_[0-9]+/bloom"])
-def test_lost_generation_file_answer(seaweed: Any, table: str, proxy: ResponseFaults, path: str) -> None:
+def test_lost_generation_file_answer(server: Any, table: str, proxy: ResponseFaults, path: str) -> None:
     """A flush's generation file is stored but answered with a 500: the flush still completes."""
     region = str(uuid.uuid4())
     proxy.faults.append(Fault("PUT", path))
-    with MemWalWriter(table, through(seaweed, proxy), region=region, max_memtable_rows=5) as writer:
+    with MemWalWriter(table, through(server, proxy), region=region, max_memtable_rows=5) as writer:
         for op in range(12):
             writer.put(rows([op], f"op{op}"))
     assert len(proxy.failed) == 1
-    view = flushed_view(table, seaweed.storage_options())
+    view = flushed_view(table, server.storage_options())
     assert all(view[op] == f"op{op}" for op in range(12)), view
-    assert_every_command_works(table, seaweed.storage_options())
+    assert_every_command_works(table, server.storage_options())
 
 
 def duplicated(uri: str, options: dict[str, str]) -> list[int]:
@@ -223,9 +237,8 @@ def duplicated(uri: str, options: dict[str, str]) -> list[int]:
     return found
 
 
-def test_lost_flush_manifest_answer_during_ingest(
-    seaweed: Any, tmp_path: Path, proxy: ResponseFaults
-) -> None:
+@BOTH_STORES
+def test_lost_flush_manifest_answer_during_ingest(server: Any, tmp_path: Path, proxy: ResponseFaults) -> None:
     """The judged case: one lost answer to a flush's region-manifest PUT during `memwal ingest`.
 
     Lance's writer takes its own stored version for another writer's and
@@ -234,8 +247,8 @@ def test_lost_flush_manifest_answer_during_ingest(
     generation: status, merge, snapshot and a second ingest all exit 0, and
     no generation stays unmerged.
     """
-    options = seaweed.storage_options()
-    uri = f"s3://memwal-test/ingest-faults-{uuid.uuid4().hex}"
+    options = server.storage_options()
+    uri = f"{server.scheme}://memwal-test/ingest-faults-{uuid.uuid4().hex}"
     lance.write_dataset(rows(range(10), "base"), uri, storage_options=options)
     done, _ = timed_cli(["init", uri, *option_flags(options), "--primary-key", "id", "--unsharded"])
     assert done.returncode == 0, done.stderr
@@ -244,7 +257,7 @@ def test_lost_flush_manifest_answer_during_ingest(
     second.write_text("id,v\n" + "".join(f"{i},two{i}\n" for i in range(40, 60)))
     # The region's manifest PUTs: memwal creates version 1, the claim writes 2, the first flush 3.
     proxy.faults.append(Fault("PUT", MANIFEST_PUT, frozenset({3})))
-    proxied = option_flags({**options, **FAST, "aws_endpoint": proxy.url})
+    proxied = option_flags(through(server, proxy))
     done, _ = timed_cli(["ingest", uri, str(first), *proxied, "--max-memtable-rows", "10"])
     assert done.returncode == 0, done.stderr
     assert len(proxy.failed) == 1, proxy.requests

@@ -60,6 +60,7 @@ class AzuriteServer(LoopbackService):
 
     account = ACCOUNT
     account_key = ACCOUNT_KEY
+    scheme = "az"  # a table's URI scheme on this server
 
     def __init__(self, *, start: bool = True, start_timeout: float = 60.0) -> None:
         super().__init__(prefix="memwal-azurite-", start_timeout=start_timeout, base_dir=None)

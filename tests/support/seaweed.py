@@ -71,6 +71,7 @@ class SeaweedServer(LoopbackService):
     """
 
     region = "us-east-1"
+    scheme = "s3"  # a table's URI scheme on this server
 
     def __init__(
         self,
