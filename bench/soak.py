@@ -1,7 +1,8 @@
 """Soak and fault-injection suite: writers, every service and failures at once, with nothing acknowledged lost.
 
 Two tables, one on SeaweedFS (started here on 127.0.0.1, reached through the
-suite's own fault-injecting proxy) and one on local disk. Per table: several
+suite's own fault-injecting proxy) and one on local disk; with `--azure` a
+third on Azurite (the same way; `--azure --skip-s3 --skip-local`: that one alone). Per table: several
 writer processes stream random upserts, deletes and re-inserts of their own
 keys with durable writes and log what was acknowledged. Without `--regions`
 each writer is pinned to one manual region; with `--regions R` the table is
@@ -69,6 +70,7 @@ from memwal_core.model.region_directory import region_id_for  # noqa: E402
 from memwal_core.model.routing import RegionSpec, region_spec_of  # noqa: E402
 from memwal_core.model.table import MemWalTable  # noqa: E402
 from memwal_core.services.merge.staged import ROWS_PER_TASK_ENV  # noqa: E402
+from tests.support.proxy import retarget  # noqa: E402
 
 KEY_STRIDE = 1_000_000
 SERVICES = ("merge", "catchup", "snapshot", "gc")
@@ -562,8 +564,8 @@ class Soak:
         self.config = config
         self.workdir = workdir
         self.rng = random.Random(config.seed)
-        self.server: Any = None
-        self.proxy: FaultProxy | None = None
+        self.servers: list[Any] = []
+        self.proxies: list[FaultProxy] = []
         self.targets: list[Target] = []
         self.violations: list[Violation] = []
         self.notes: list[str] = []
@@ -580,18 +582,9 @@ class Soak:
     def setup(self) -> None:
         # One Spark merger (a JVM) per soak, on the first table: occasional Spark-engine rounds in the mix.
         spark = bool(self.config.spark_every_seconds)
-        if "s3" in self.config.targets:
-            from tests.support.seaweed import SeaweedServer
-
-            self.server = SeaweedServer(base_dir=self.workdir)
-            self.server.create_bucket("soak")
-            direct = self.server.storage_options()
-            self.proxy = FaultProxy(self.server.ports["s3.port"], self.config.rates, seed=self.config.seed)
-            self.proxy.start()
-            proxied = {**direct, "aws_endpoint": self.proxy.endpoint}
-            self.targets.append(
-                Target("s3", "s3://soak/table", proxied, direct, self.config, self.workdir, spark=spark)
-            )
+        for name in ("s3", "azure"):
+            if name in self.config.targets:
+                self._cloud_target(name, spark=spark and not self.targets)
         if "local" in self.config.targets:
             uri = str(self.workdir / "local-table")
             spark = spark and not self.targets
@@ -599,15 +592,36 @@ class Soak:
         for target in self.targets:
             target.create_table()
 
+    def _cloud_target(self, name: str, *, spark: bool) -> None:
+        """A table on a server started here (SeaweedFS or Azurite), its clients reaching it through a proxy."""
+        server: Any
+        if name == "s3":
+            from tests.support.seaweed import SeaweedServer
+
+            server = SeaweedServer(base_dir=self.workdir)
+            server.create_bucket("soak")
+        else:
+            from tests.support.azurite import AzuriteServer
+
+            server = AzuriteServer()
+            server.create_container("soak")
+        self.servers.append(server)
+        proxy = FaultProxy(server.port, self.config.rates, seed=self.config.seed).start()
+        self.proxies.append(proxy)
+        direct = server.storage_options()
+        proxied = retarget(direct, proxy.endpoint)
+        uri = f"{server.scheme}://soak/table"
+        self.targets.append(Target(name, uri, proxied, direct, self.config, self.workdir, spark=spark))
+
     def teardown(self) -> None:
         for target in self.targets:
             for child in target.children:
                 child.terminate()
             target.table.close()
-        if self.proxy is not None:
-            self.proxy.stop()
-        if self.server is not None:
-            self.server.stop()
+        for proxy in self.proxies:
+            proxy.stop()
+        for server in self.servers:
+            server.stop()
 
     # -- the run ---------------------------------------------------------------------------------
 
@@ -826,8 +840,8 @@ class Soak:
             for child in target.children:
                 if child.retired and not child.stop(STALE_EXIT_SECONDS):
                     self.note(f"{target.name}/{child.name}: a stale writer did not exit by itself")
-        if self.proxy is not None:
-            self.proxy.faults.clear()
+        for proxy in self.proxies:
+            proxy.faults.clear()
         for target in self.targets:  # no more holds: a merger holding now is killed like any other
             (target.control / HOLD_FILE).unlink(missing_ok=True)
             self._take_held(target)
@@ -1010,7 +1024,7 @@ class Soak:
             "regions_per_table": self.config.regions or self.config.writers,
             "memtable_rows": self.config.memtable_rows,
             "seed": self.config.seed,
-            "injected_faults": dict(self.proxy.counts) if self.proxy else {},
+            "injected_faults": dict(sum((proxy.counts for proxy in self.proxies), Counter())),
             "totals": {**totals, "merge_batches_by_engine_and_form": dict(sorted(by_form.items()))},
             "tables": per_target,
             "violations": [v.to_json() for v in self.violations],
@@ -1228,6 +1242,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[SoakConfig, argparse.Name
     parser.add_argument("--seed", type=int)
     parser.add_argument("--skip-s3", action="store_true")
     parser.add_argument("--skip-local", action="store_true")
+    parser.add_argument("--azure", action="store_true", help="also a table on Azurite")
     parser.add_argument(
         "--workdir", help="keep logs and tables here (default: a temp dir, removed on success)"
     )
@@ -1253,7 +1268,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[SoakConfig, argparse.Name
         config = replace(config, sabotage_at=args.sabotage_at)
     if args.seed is not None:
         config = replace(config, seed=args.seed)
-    targets = tuple(t for t in config.targets if not getattr(args, f"skip_{t}"))
+    wanted = (*config.targets, "azure") if args.azure else config.targets
+    targets = tuple(t for t in wanted if not getattr(args, f"skip_{t}", False))
     return replace(config, targets=targets), args
 
 

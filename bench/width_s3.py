@@ -1,6 +1,6 @@
-"""Benchmark: every command and the sensor tick at 1,000 regions on S3 with real latency.
+"""Benchmark: every command and the sensor tick at 1,000 regions on S3 (or Azure) with real latency.
 
-Setup: a SeaweedFS server (as the tests start it) behind two proxies from
+Setup: a SeaweedFS server (as the tests start it; `--store azure`: Azurite) behind two proxies from
 `tests.support.proxy`, one forwarding at once and one holding each request
 `--delay-ms` (default 20, a cloud store's first-byte latency); both count
 requests. The table: a 100k-row base with a BTree on the key, then
@@ -36,7 +36,8 @@ only thing those rows read) instead of data.
 `--code DIR` runs the commands and the sensor from another checkout of memwal
 (`git worktree add DIR main`), so two versions compare on one machine's load.
 
-Usage: python bench/width_s3.py [--regions 1000] [--delay-ms 20] [--cache DIR] [--code DIR] [-o KEY=VALUE]...
+Usage: python bench/width_s3.py [--store s3|azure] [--regions 1000] [--delay-ms 20] [--cache DIR] [--code DIR]
+       [-o KEY=VALUE]...
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ COMMANDS = [
     ("gc --dry-run", ["gc", "--dry-run"]),
     ("gc", ["gc"]),
 ]
+# The servers `--store` names, as the report names them.
+SERVERS = {"s3": "SeaweedFS", "azure": "Azurite"}
 # The bare loop's objects: small, as region manifests are.
 BARE_OBJECTS = 1000
 BARE_OBJECT_BYTES = 300
@@ -93,13 +96,21 @@ import asyncio, json, os, sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 import obstore
-from obstore.store import S3Store
+from obstore.store import AzureStore, S3Store
 options, heads, gets, in_flight, form = json.loads(sys.argv[1]), *map(int, sys.argv[2:5]), sys.argv[5]
-store = S3Store(
-    "width", prefix="bare", endpoint=options["aws_endpoint"], region=options["aws_region"],
-    access_key_id=options["aws_access_key_id"], secret_access_key=options["aws_secret_access_key"],
-    virtual_hosted_style_request=False, client_options={"allow_http": True}, retry_config={"max_retries": 0},
-)
+bare = {"client_options": {"allow_http": True}, "retry_config": {"max_retries": 0}}
+if "aws_endpoint" in options:
+    store = S3Store(
+        "width", prefix="bare", endpoint=options["aws_endpoint"], region=options["aws_region"],
+        access_key_id=options["aws_access_key_id"], secret_access_key=options["aws_secret_access_key"],
+        virtual_hosted_style_request=False, **bare,
+    )
+else:
+    store = AzureStore(
+        "width", prefix="bare", endpoint=options["azure_storage_endpoint"],
+        account_name=options["azure_storage_account_name"], account_key=options["azure_storage_account_key"],
+        **bare,
+    )
 work = [("head", f"o{n % 1000:04d}") for n in range(heads)] + [("get", f"o{n % 1000:04d}") for n in range(gets)]
 if form == "threads":
     def one(item):
@@ -248,8 +259,8 @@ def bare_loop(options: dict[str, str], heads: int, gets: int, in_flight: int, fo
     return Row(heads + gets, heads, time.perf_counter() - started, _child_cpu() - cpu)
 
 
-def upload_bare_objects(options: dict[str, str]) -> None:
-    store = open_store("s3://width/bare", StorageOptions(options))
+def upload_bare_objects(server: Any) -> None:
+    store = open_store(f"{server.scheme}://width/bare", StorageOptions(server.storage_options()))
     store.map(lambda n: store.write(f"o{n:04d}", os.urandom(BARE_OBJECT_BYTES)), list(range(BARE_OBJECTS)))
 
 
@@ -260,9 +271,9 @@ def run_delay(
     from tests.support.proxy import LatencyProxy
 
     rows: dict[str, tuple[Row, Row]] = {}
-    with LatencyProxy(server.ports["s3.port"], delay=delay) as proxy:
+    with LatencyProxy(server.port, delay=delay) as proxy:
         options = proxy.storage_options(server.storage_options())
-        uri = f"s3://width/t{int(delay * 1000)}"
+        uri = f"{server.scheme}://width/t{int(delay * 1000)}"
         started = time.perf_counter()
         upload(local, uri, server.storage_options())
         print(f"uploaded to {uri} in {time.perf_counter() - started:.0f} s", flush=True)
@@ -303,7 +314,7 @@ def report(args: argparse.Namespace, by_delay: dict[float, dict[str, tuple[Row, 
     slow = args.delay_ms / 1000
     fast, delayed = by_delay[0.0], by_delay[slow]
     print(
-        f"\n{args.regions} regions, SeaweedFS through a {args.delay_ms:g} ms proxy (whole processes), "
+        f"\n{args.regions} regions, {SERVERS[args.store]} through a {args.delay_ms:g} ms proxy (whole processes), "
         f"{args.in_flight} requests in flight; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}\n"
     )
     print(
@@ -325,6 +336,7 @@ def report(args: argparse.Namespace, by_delay: dict[float, dict[str, tuple[Row, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", choices=sorted(SERVERS), default="s3", help="the server the tables are on")
     parser.add_argument("--regions", type=int, default=1000)
     parser.add_argument("--delay-ms", type=float, default=20.0)
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "memwal-width-cache")
@@ -341,11 +353,16 @@ def main() -> None:
     local = cached_table(args.cache, args.regions)
     compile_checkout(args.code)
 
+    from tests.support.azurite import AzuriteServer
     from tests.support.seaweed import SeaweedServer
 
-    with SeaweedServer() as server, tempfile.TemporaryDirectory() as work:
-        server.create_bucket("width")
-        upload_bare_objects(server.storage_options())
+    server: Any = SeaweedServer() if args.store == "s3" else AzuriteServer()
+    with server, tempfile.TemporaryDirectory() as work:
+        if args.store == "s3":
+            server.create_bucket("width")
+        else:
+            server.create_container("width")
+        upload_bare_objects(server)
         by_delay = {
             delay: run_delay(args, server, delay, local, work) for delay in (0.0, args.delay_ms / 1000)
         }

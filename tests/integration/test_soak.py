@@ -59,6 +59,21 @@ def test_short_soak_loses_nothing(tmp_path: Path) -> None:
     assert summary["seconds"] < 180, f"the short mode took {summary['seconds']} s"
 
 
+@pytest.mark.azure
+@pytest.mark.timeout(300)
+def test_short_soak_on_azure_loses_nothing(tmp_path: Path) -> None:
+    """The short mode's table on Azurite alone (Spark's merge on Azure has its own test)."""
+    run, summary = run_soak(tmp_path, "--short", "--azure", "--skip-s3", "--skip-local", "--spark-every", "0")
+    totals = summary["totals"]
+    assert run.returncode == 0, f"soak failed:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
+    assert list(summary["tables"]) == ["azure"] and summary["violations"] == []
+    assert totals["writes_lost"] == 0 and totals["writes_acknowledged"] > 0 and totals["merges"] > 0
+    assert totals["kills_writers"] + totals["kills_services"] > 0
+    assert totals["gc_deleted_generations"] > 0 and totals["quiescent_checks"] > 0
+    assert totals["writer_stalls"] > 0 and totals["stale_writes"] > 0
+    assert sum(n for k, n in summary["injected_faults"].items() if k != "connections") > 0
+
+
 @pytest.mark.timeout(300)
 def test_the_audit_catches_a_lost_acknowledged_write(tmp_path: Path) -> None:
     """Writer 0 logs one put as acknowledged without writing it: the run must fail, naming that key."""

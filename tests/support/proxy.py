@@ -26,6 +26,12 @@ _METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
 _ENDPOINT_KEYS = ("aws_endpoint", "azure_storage_endpoint")
 
 
+def retarget(options: dict[str, str], url: str) -> dict[str, str]:
+    """`options` (a SeaweedServer's or AzuriteServer's) with the endpoint at `url`, a proxy's (its path,
+    Azurite's account, kept)."""
+    return {k: url + urlsplit(v).path if k in _ENDPOINT_KEYS else v for k, v in options.items()}
+
+
 def request_line(chunk: bytes) -> str | None:
     """The request line `chunk` starts with, if it starts an HTTP request."""
     if not chunk.startswith(_METHODS):
@@ -57,9 +63,8 @@ class ForwardingProxy(InProcessListener):
         threading.Thread(target=self._responses, args=(upstream, connection, doomed), daemon=True).start()
 
     def storage_options(self, options: dict[str, str]) -> dict[str, str]:
-        """`options` (a SeaweedServer's or AzuriteServer's) with the endpoint pointing at this proxy (its path,
-        Azurite's account, kept)."""
-        return {k: self.url + urlsplit(v).path if k in _ENDPOINT_KEYS else v for k, v in options.items()}
+        """`options` (a SeaweedServer's or AzuriteServer's) with the endpoint pointing at this proxy."""
+        return retarget(options, self.url)
 
     def on_request(self, line: str) -> object:
         """Called before a request is forwarded; anything truthy dooms the answers on this connection."""
