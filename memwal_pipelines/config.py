@@ -12,8 +12,8 @@ Every key is typed and checked when the list loads (a strict pydantic model:
 same range checks as the `memwal` command's options of the same meaning (a NaN,
 a zero count or interval, a negative threshold are refused), the services' own
 checks for durations, and the table URI read as the command reads it (`file:`
-URIs become paths; another scheme than `s3://`, or credentials in the URI,
-are refused without echoing them), so a bad list
+URIs become paths; a scheme other than `s3://`, `az://`, `abfss://` and `gs://`,
+or credentials in the URI, are refused without echoing them), so a bad list
 fails the code location's load, not the first scheduled run. A refusal is one
 line naming the file, the table and the key.
 

@@ -20,7 +20,7 @@ from memwal_pipelines.resources import MemWalResource
 
 
 class IngestConfig(Config):
-    """What to load and how; storage options for S3 sources are the table's (from its resource)."""
+    """What to load and how; storage options for object-store sources are the table's (from its resource)."""
 
     sources: list[str]
     format: str | None = None

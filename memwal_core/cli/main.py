@@ -258,7 +258,10 @@ def _cmd_gc(args: argparse.Namespace, table: MemWalTable) -> Outcome:
 
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
-    common.add_argument("table", help="table URI: a path, file://... or s3://bucket/prefix")
+    common.add_argument(
+        "table",
+        help="table URI: a path, file://..., s3://bucket/prefix, az://container/prefix, abfss://... or gs://bucket/prefix",
+    )
     common.add_argument(
         "-o",
         "--storage-option",
@@ -405,7 +408,10 @@ def build_parser() -> argparse.ArgumentParser:
         "ingest", parents=[common], help="load files into the table's regions through the writer"
     )
     p.add_argument(
-        "source", nargs="+", metavar="SOURCE", help="a file, a directory or a glob (local or s3://)"
+        "source",
+        nargs="+",
+        metavar="SOURCE",
+        help="a file, a directory or a glob (local, s3://, az://, abfss:// or gs://)",
     )
     p.add_argument("--format", choices=["parquet", "csv", "json"], help="default: from the file extension")
     _engine_arguments(p, "where sources are read and regions written")

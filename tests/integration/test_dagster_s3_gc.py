@@ -1,4 +1,4 @@
-"""GC under Dagster on an S3 table whose credentials come as storage options (issue 28, item 1).
+"""GC under Dagster on an S3 (and an Azure) table whose credentials come as storage options (issue 28, item 1).
 
 Lance 14's point lookup opens generation datasets without the table's storage
 options, so the blocking `lsm_consistency` check failed on every S3 table with
@@ -23,11 +23,13 @@ from memwal_pipelines.build import build_definitions
 from memwal_pipelines.config import TableConfig
 
 
-def test_gc_job_checks_and_collects_an_s3_table_with_a_backlog(
-    seaweed: Any, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("store", "server"), [("s3", "seaweed"), ("azure", "azurite")])
+def test_gc_job_checks_and_collects_an_object_store_table_with_a_backlog(
+    store: str, server: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    uri = f"s3://memwal-test/gc-{uuid.uuid4().hex}"
-    options = seaweed.storage_options()
+    found: Any = request.getfixturevalue(server)
+    uri = f"{found.scheme}://memwal-test/gc-{uuid.uuid4().hex}"
+    options = found.storage_options()
     write_demo_table(uri, StorageOptions(options))
     monkeypatch.setenv("GC_S3_OPTIONS", json.dumps(options))
     table = TableConfig(name="t", uri=uri, storage_options_env="GC_S3_OPTIONS")

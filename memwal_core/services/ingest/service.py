@@ -71,7 +71,7 @@ def ingest(
 ) -> IngestResult:
     """Load `paths` (files, directories or globs) into `table`.
 
-    `source_options` are storage options for S3 sources (default: the table's);
+    `source_options` are storage options for sources in an object store (default: the table's);
     `engine` defaults to `LocalEngine()`.
     """
     engine = engine or LocalEngine()
