@@ -141,6 +141,11 @@ def test_every_command_on_azure_through_the_cli_keeps_secrets_out(
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["pending_generations_total"] == 0
+    # Azurite by `azure_storage_use_emulator` alone (its well-known account), at the URL its variable names.
+    emulated = run_cli(
+        "status", uri, "-o", "azure_storage_use_emulator=true", env={"AZURITE_BLOB_STORAGE_URL": azurite.url}
+    )
+    assert emulated.returncode == 0, emulated.stderr
     missing = run_cli("status", uri + "-missing", *flags)
     assert missing.returncode == 2
     for output in (done.stdout, done.stderr, missing.stdout, missing.stderr):

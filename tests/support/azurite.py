@@ -72,9 +72,14 @@ class AzuriteServer(LoopbackService):
             self.start()
 
     @property
+    def url(self) -> str:
+        """The server's base URL (what `AZURITE_BLOB_STORAGE_URL` names)."""
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
     def endpoint(self) -> str:
         """The account's Blob endpoint (path-style: the account is the URL's first segment)."""
-        return f"http://{LOOPBACK}:{self.port}/{self.account}"
+        return f"{self.url}/{self.account}"
 
     @property
     def pid(self) -> int | None:
