@@ -190,3 +190,20 @@ def test_azure_sources_by_folder_glob_and_name(tmp_path: Path, azurite: Any) -> 
         with pytest.raises(NotFoundError, match="does not exist"):
             ingest(table, [f"{root}/src/nothing-*.csv"])
     assert lsm_rows(uri, options) == model_of(first, second)
+
+
+def test_spark_ingest_from_azure_sources(azurite: Any, spark: Any, tmp_path: Path) -> None:
+    """Executors download Azure sources themselves, write their regions, and stage on Azure."""
+    options = azurite.storage_options()
+    root = fresh("spark-ingest")
+    uri = make_table(f"{root}/t", storage_options=options)
+    parts = [source_rows(2000, offset=i * 1500, tag=f"p{i}-") for i in range(3)]  # overlaps: duplicates
+    sources = open_store(f"{root}/src", StorageOptions(options))
+    for i, part in enumerate(parts):
+        pq.write_table(part, tmp_path / f"{i}.parquet")
+        sources.write(f"part-{i}.parquet", (tmp_path / f"{i}.parquet").read_bytes())
+    with MemWalTable.open(uri, options) as table:
+        result = ingest(table, [f"{root}/src"], engine=SparkEngine(spark))
+        assert result.engine == "spark" and result.rows_read == 6000
+        assert not table.store.list_files(STAGING_DIR, recursive=True)
+    assert lsm_rows(uri, options) == model_of(*parts)

@@ -237,9 +237,9 @@ def test_bad_usage_exits_2_with_one_line(args: list[str], tmp_path: Path) -> Non
 
 
 def test_unknown_scheme_is_bad_input() -> None:
-    proc = run_cli("status", "gs://bucket/t")
+    proc = run_cli("status", "hdfs://bucket/t")
     assert proc.returncode == 2
-    assert "gs" in proc.stderr and "Traceback" not in proc.stderr
+    assert "hdfs" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize("command", ["compact", "merge", "gc", "snapshot", "catchup", "retain"])

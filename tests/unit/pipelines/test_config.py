@@ -136,7 +136,7 @@ def test_defaults_and_every_key_of_the_docstring_example(tmp_path: Path) -> None
             "{name: x, uri: /t, max_gc_backlog_generations: -1}",
             "table x: max_gc_backlog_generations must be at least 0",
         ),
-        ("{name: x, uri: 'gs://b/t'}", "table x: uri: gs://b/t: storage scheme 'gs' is not supported"),
+        ("{name: x, uri: 'hdfs://b/t'}", "table x: uri: hdfs://b/t: storage scheme 'hdfs' is not supported"),
         ("{name: x, uri: 's3://'}", "table x: uri: the URI s3:// names no bucket"),
         ("{name: x, uri: 'file:///t?x=SeCrEt'}", "table x: uri: the URI file:///t has a query or fragment"),
         ("{name: x, uri: /t, max_index_lag: 2.5}", "table x: max_index_lag: Input should be a valid integer"),
