@@ -776,16 +776,14 @@ class Soak:
     @contextlib.contextmanager
     def _clean_network(self) -> Iterator[None]:
         """No new faults from the proxy meanwhile (the writers' own faults were injected while they wrote)."""
-        faulty = self.proxy is not None and self.proxy.faults.is_set()
-        if faulty:
-            assert self.proxy is not None
-            self.proxy.faults.clear()
+        faulty = [proxy for proxy in self.proxies if proxy.faults.is_set()]
+        for proxy in faulty:
+            proxy.faults.clear()
         try:
             yield
         finally:
-            if faulty:
-                assert self.proxy is not None
-                self.proxy.faults.set()
+            for proxy in faulty:
+                proxy.faults.set()
 
     def quiescent_check(self, target: Target) -> None:
         """With writers paused and flushed, the MemWAL-aware read must equal the acknowledged writes.

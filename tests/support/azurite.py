@@ -5,7 +5,7 @@ Azurite is the npm package `azurite`, which `.ci/run` installs into
 BlobAlreadyExists, where Azure itself answers 409 too) and batch deletes, so
 memwal's fencing and Lance's are exercised as on Azure. It keeps blobs in
 memory, listens on a free 127.0.0.1 port, sends no telemetry, and is stopped
-by its process group like SeaweedFS.
+by its process group like SeaweedFS (and by the watchdog, should the tests die first).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from tests.support.service import (
     LoopbackService,
     free_ports,
     log_tail,
+    start_server,
     stop_process_group,
 )
 
@@ -153,14 +154,13 @@ class AzuriteServer(LoopbackService):
         self._log = self.log_path.open("ab")
         self._log.write(f"\n=== {' '.join(command)}\n".encode())
         self._log.flush()
-        self._process = subprocess.Popen(
+        self._process = start_server(
             command,
             cwd=self.root,
             env={**os.environ, "HOME": str(self.root)},
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
         )
         self._wait_until_ready()
 
