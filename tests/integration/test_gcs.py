@@ -91,6 +91,18 @@ def test_a_conditional_put_asks_for_generation_zero_and_a_412_is_a_lost_race(
     assert re.search(rb"(?im)^x-goog-if-generation-match:\s*0\r?$", head), head
 
 
+def test_the_service_account_key_from_the_environment(
+    listener: PreconditionFailed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Lance reads them: GOOGLE_* variables when the options leave a setting out."""
+    options = gcs_options(listener.url)
+    monkeypatch.setenv("GOOGLE_SERVICE_ACCOUNT_KEY", options.pop("google_service_account_key"))
+    store = open_store("gs://bucket/t", StorageOptions(options))
+    with pytest.raises(AlreadyExistsError):
+        store.put_if_not_exists("x", b"x")
+    assert len(listener.heads) == 1
+
+
 def test_an_unreachable_endpoint_fails_within_the_limits_without_showing_the_key() -> None:
     (port,) = free_ports(1)
     options = {**gcs_options(f"http://127.0.0.1:{port}"), "timeout": "1s", "client_retry_timeout": "3"}
