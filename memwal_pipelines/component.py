@@ -11,7 +11,7 @@ it in any project that installed memwal.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, Self
 
 from dagster import (
     Component,
@@ -25,7 +25,7 @@ from dagster import (
 from pydantic import BaseModel
 
 from memwal_pipelines.build import location_definitions, table_definitions
-from memwal_pipelines.config import TableConfig
+from memwal_pipelines.config import TableConfig, refuse_twice
 
 
 class TableScaffoldParams(BaseModel):
@@ -112,11 +112,25 @@ class MemWalTableScaffolder(Scaffolder[TableScaffoldParams]):
 class MemWalTableComponent(TableConfig, Component, Resolvable):
     """A Lance table with MemWAL that memwal maintains: its assets, checks, jobs, sensors and schedules."""
 
+    # Where the component is declared (`memwal_pipelines/defs/demo[0]`), as Dagster names it; set when
+    # Dagster loads it from its YAML, so that a refusal of two components names both.
+    declared_in: str | None = None
+
+    @classmethod
+    def load(cls, attributes: BaseModel | None, context: ComponentLoadContext) -> Self:
+        component = super().load(attributes, context)
+        where = context.component_path.get_display_key(context.project_root)
+        object.__setattr__(component, "declared_in", where)  # the table's own keys are frozen
+        return component
+
     def build_defs(self, context: ComponentLoadContext) -> Definitions:
         """The table's assets and checks; the first table (by name) of the project also brings every table's
         jobs and schedules and the location's sensors (Dagster allows one sensor of a name, and re-points a
-        component's sensors and schedules only to the jobs of the same component)."""
+        component's sensors and schedules only to the jobs of the same component), once it has refused two
+        components for one table."""
         tables = sorted(context.component_tree.get_all_components(MemWalTableComponent), key=lambda t: t.name)
         if tables and tables[0] is not self:
             return table_definitions(self)
-        return Definitions.merge(table_definitions(self), location_definitions(tables or [self]))
+        tables = tables or [self]
+        refuse_twice([(f"component {t.declared_in} (table {t.name})", t) for t in tables])
+        return Definitions.merge(table_definitions(self), location_definitions(tables))

@@ -18,7 +18,9 @@ fails the code location's load, not the first scheduled run. A refusal is one
 line naming the file, the table and the key, and never quotes a value
 (`hide_input_in_errors`: pydantic would append it, and Dagster prints pydantic's
 text whole). Storage options themselves (`storage_options:`) are refused: they
-would show in every Dagster view.
+would show in every Dagster view. So is one table given twice, by its name or by
+its location (`/x` and `file:///x/` are one), naming both entries (`refuse_twice`;
+the components of a defs folder are checked the same way).
 
 ```yaml
 tables:
@@ -59,7 +61,7 @@ import difflib
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -85,7 +87,7 @@ from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.retain import MIN_AGE, parse_duration
 from memwal_core.spark_session import check_spark_target, remote_holds_credentials
-from memwal_core.storage.stores import normalize_uri, refuse_credentials
+from memwal_core.storage.stores import normalize_uri, refuse_credentials, table_location
 
 DEFAULT_TABLE_URI = "demo/table"
 # What a merge run's bound (`merge_max_runtime`) is made of: its start, then this many batches of the
@@ -325,12 +327,31 @@ def load_tables(path: str | None = None) -> list[TableConfig]:
     if unknown:
         raise BadInputError(f"table list {path}: unknown key {unknown[0]!r} (the file holds `tables:` only)")
     tables = [_table(path, position, entry) for position, entry in enumerate(entries, start=1)]
-    seen: set[str] = set()
-    for table in tables:
-        if table.name in seen:
-            raise BadInputError(f"table list {path}: table {table.name}: name: names a table twice")
-        seen.add(table.name)
+    refuse_twice([(f"table {table.name}", table) for table in tables], prefix=f"table list {path}: ")
     return tables
+
+
+def refuse_twice(tables: Sequence[tuple[str, TableConfig]], prefix: str = "") -> None:
+    """Refuse a name, or a table, that two entries give (each entry named by where it is declared).
+
+    A table is its location (`table_location`: `/x` and `file:///x/` are one):
+    two entries for one table would give it two merge jobs, two pools and two
+    GC schedules, each unaware of the other's runs.
+    """
+    names: dict[str, str] = {}
+    locations: dict[str, str] = {}
+    for where, table in tables:
+        if table.name in names:
+            also = f" (also {names[table.name]})" if names[table.name] != where else ""
+            raise BadInputError(f"{prefix}{where}: name: names a table twice{also}")
+        location = table_location(table.uri)
+        if location in locations:
+            raise BadInputError(
+                f"{prefix}{where}: uri: names the same table as {locations[location]} ({location}): "
+                "maintain each table from one entry"
+            )
+        names[table.name] = where
+        locations[location] = where
 
 
 def _table(path: str, position: int, entry: Any) -> TableConfig:

@@ -133,3 +133,23 @@ def test_a_new_project_lists_scaffolds_and_loads_the_component(tmp_path: Path) -
     )
     refused = subprocess.run([str(DG), "check", "defs"], cwd=root, env=env, capture_output=True, text=True)
     assert refused.returncode != 0 and "max_batch_bytes must be at least 1" in refused.stdout + refused.stderr
+
+
+def test_two_components_for_one_table_fail_the_load_naming_both(tmp_path: Path) -> None:
+    """Issue 48: `/x` and `file:///x/` are one table; two components for it would give it two merge jobs,
+    two pools and two GC schedules. The load refuses it, naming both components and the key."""
+    root, env = new_project(tmp_path)
+    table = tmp_path / "x"
+    for name, uri in (("events", str(table)), ("events_again", f"file://{table}/")):
+        (root / "shop" / "defs" / name).mkdir()
+        (root / "shop" / "defs" / name / "defs.yaml").write_text(
+            yaml.safe_dump(
+                {"type": "memwal_pipelines.MemWalTableComponent", "attributes": {"name": name, "uri": uri}}
+            )
+        )
+    refused = subprocess.run([str(DG), "check", "defs"], cwd=root, env=env, capture_output=True, text=True)
+    assert refused.returncode != 0
+    assert (
+        "component shop/defs/events_again[0] (table events_again): uri: names the same table as "
+        f"component shop/defs/events[0] (table events) ({table})" in refused.stdout + refused.stderr
+    ), refused.stdout + refused.stderr

@@ -208,3 +208,34 @@ def test_a_merge_runs_bound_comes_from_its_budget_and_tags_its_job() -> None:
     fixed = TableConfig(name="t", uri="/t", merge_max_runtime_seconds=60)
     assert (fixed.merge_max_runtime(), fixed.merge_round_seconds()) == (60, 1.0)
     assert table_jobs(TableKeys(budget)).merge.tags[MAX_RUNTIME_TAG] == "420"
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("/data/t", "file:///data/t/"), ("t", "./t/"), ("s3://lake/t/", "s3://lake/t")],
+    ids=["path and file URI", "relative paths", "s3 with a trailing slash"],
+)
+def test_two_entries_for_one_table_are_refused_naming_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str, second: str
+) -> None:
+    """Issue 48: one table listed twice would get two merge jobs, two pools and two GC schedules."""
+    monkeypatch.chdir(tmp_path)
+    path = listing(tmp_path, f"tables:\n  - {{name: a, uri: '{first}'}}\n  - {{name: b, uri: '{second}'}}\n")
+    with pytest.raises(BadInputError) as refused:
+        load_tables(path)
+    assert str(refused.value).startswith(
+        f"table list {path}: table b: uri: names the same table as table a ("
+    ), str(refused.value)
+
+
+def test_a_symbolic_link_to_a_listed_table_is_the_same_table(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "t")
+    path = listing(
+        tmp_path,
+        f"tables:\n  - {{name: a, uri: '{tmp_path / 't'}'}}\n  - {{name: b, uri: '{tmp_path / 'link'}'}}\n",
+    )
+    with pytest.raises(
+        BadInputError, match=f"table b: uri: names the same table as table a \\({tmp_path / 't'}\\)"
+    ):
+        load_tables(path)
