@@ -10,6 +10,7 @@ it in any project that installed memwal.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Literal, Self
 
@@ -115,6 +116,9 @@ class MemWalTableComponent(TableConfig, Component, Resolvable):
     # Where the component is declared (`memwal_pipelines/defs/demo[0]`), as Dagster names it; set when
     # Dagster loads it from its YAML, so that a refusal of two components names both.
     declared_in: str | None = None
+    # The project's tables by name, set on each of them by the first that asks Dagster (which walks every
+    # component: each asking made the load grow with the square of the tables).
+    project_tables: tuple[MemWalTableComponent, ...] = ()
 
     @classmethod
     def load(cls, attributes: BaseModel | None, context: ComponentLoadContext) -> Self:
@@ -128,9 +132,19 @@ class MemWalTableComponent(TableConfig, Component, Resolvable):
         jobs and schedules and the location's sensors (Dagster allows one sensor of a name, and re-points a
         component's sensors and schedules only to the jobs of the same component), once it has refused two
         components for one table."""
-        tables = sorted(context.component_tree.get_all_components(MemWalTableComponent), key=lambda t: t.name)
-        if tables and tables[0] is not self:
-            return table_definitions(self)
-        tables = tables or [self]
+        if not self.project_tables:
+            found = context.component_tree.get_all_components(MemWalTableComponent)
+            tables = tuple(sorted(found, key=lambda t: t.name)) or (self,)
+            for table in tables:
+                object.__setattr__(table, "project_tables", tables)
+        tables = self.project_tables
+        if tables[0] is not self:
+            return self.own_definitions
         refuse_twice([(f"component {t.declared_in} (table {t.name})", t) for t in tables])
-        return Definitions.merge(table_definitions(self), location_definitions(tables))
+        own = [t.own_definitions for t in tables]
+        return Definitions.merge(self.own_definitions, location_definitions(tables, own))
+
+    @functools.cached_property
+    def own_definitions(self) -> Definitions:
+        """The table's assets and checks, built once: the first table's jobs are resolved against them."""
+        return table_definitions(self)

@@ -198,6 +198,7 @@ def test_a_file_uri_is_read_as_its_local_path(tmp_path: Path) -> None:
 
 def test_a_merge_runs_bound_comes_from_its_budget_and_tags_its_job() -> None:
     """The `dagster/max_runtime` that frees a dead merge run's slot, and the round's own end before it."""
+    from memwal_pipelines.build import table_definitions
     from memwal_pipelines.jobs import MAX_RUNTIME_TAG, table_jobs
     from memwal_pipelines.keys import TableKeys
 
@@ -207,7 +208,7 @@ def test_a_merge_runs_bound_comes_from_its_budget_and_tags_its_job() -> None:
     assert budget.merge_round_seconds() == 200, "one batch's time before the bound"
     fixed = TableConfig(name="t", uri="/t", merge_max_runtime_seconds=60)
     assert (fixed.merge_max_runtime(), fixed.merge_round_seconds()) == (60, 1.0)
-    assert table_jobs(TableKeys(budget)).merge.tags[MAX_RUNTIME_TAG] == "420"
+    assert table_jobs(TableKeys(budget), table_definitions(budget)).merge.tags[MAX_RUNTIME_TAG] == "420"
 
 
 @pytest.mark.parametrize(
