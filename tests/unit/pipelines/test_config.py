@@ -240,3 +240,18 @@ def test_a_symbolic_link_to_a_listed_table_is_the_same_table(tmp_path: Path) -> 
         BadInputError, match=f"table b: uri: names the same table as table a \\({tmp_path / 't'}\\)"
     ):
         load_tables(path)
+
+
+def test_each_tables_jobs_are_resolved_against_its_own_assets() -> None:
+    """Issue 48: resolved against every asset of the location, as Dagster does by default, the jobs of N
+    tables took time in N squared (the load of 300 tables was mostly that)."""
+    from memwal_pipelines.build import build_definitions
+    from memwal_pipelines.jobs import TableJobs
+
+    tables = [TableConfig(name=f"t{i}", uri=f"/t{i}", merge_engine="local") for i in range(3)]
+    repository = build_definitions(tables).get_repository_def()
+    for table in tables:
+        for job in fields(TableJobs):
+            graph = repository.get_job(f"{table.name}_{job.name}").asset_layer.asset_graph
+            resolved_against = graph.source_asset_graph.get_all_asset_keys()  # type: ignore[attr-defined]
+            assert {key.path[0] for key in resolved_against} == {table.name}, job.name
