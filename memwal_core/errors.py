@@ -30,20 +30,19 @@ _BUILD_PATH = re.compile(r",? \S*/rustc?/\S+\.rs:\d+:\d+")
 
 
 class _Withheld:
-    """The values `withhold` was given, as one pattern that finds any of them (longest first)."""
+    """The values `withhold` was given, longest first (one that holds another goes whole)."""
 
     def __init__(self) -> None:
-        self._values: set[str] = set()
         self._lock = threading.Lock()
-        self.pattern: re.Pattern[str] | None = None
+        self._known: set[str] = set()
+        self.values: tuple[str, ...] = ()
 
     def add(self, values: Iterable[str]) -> None:
         with self._lock:
-            new = set(values) - self._values
+            new = set(values) - self._known
             if new:
-                self._values |= new
-                ordered = sorted(self._values, key=len, reverse=True)
-                self.pattern = re.compile("|".join(map(re.escape, ordered)))
+                self._known |= new
+                self.values = tuple(sorted(self._known, key=len, reverse=True))
 
 
 _WITHHELD = _Withheld()
@@ -67,8 +66,10 @@ def redact(text: str) -> str:
     which echo endpoints and request URLs verbatim (and end with a build path,
     which goes too).
     """
-    pattern = _WITHHELD.pattern
-    text = _BUILD_PATH.sub("", text if pattern is None else pattern.sub("***", text))
+    for value in _WITHHELD.values:  # a substring search each: far faster than one pattern of them all
+        if value in text:
+            text = text.replace(value, "***")
+    text = _BUILD_PATH.sub("", text)
     return _SECRET_PARAMS.sub(r"\g<name>***", _USERINFO.sub(r"\g<scheme>***@", text))
 
 
