@@ -25,18 +25,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from memwal_core.errors import BadInputError
+from memwal_core.errors import BadInputError, shown
 
 INT64_MAX = 2**63 - 1
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
-
-
-def _shown(value: object) -> str:
-    """A value as an error shows it: numbers in full, anything else by its type (it may hold a secret)."""
-    if value is None or isinstance(value, bool | int | float):
-        return repr(value)
-    return type(value).__name__
 
 
 def region_id(name: str, value: object) -> str:
@@ -44,7 +37,7 @@ def region_id(name: str, value: object) -> str:
     import uuid
 
     if not isinstance(value, str):
-        raise BadInputError(f"{name} must be a region id (a UUID), not {_shown(value)}")
+        raise BadInputError(f"{name} must be a region id (a UUID), not {shown(value)}")
     try:
         canonical = str(uuid.UUID(value)) == value
     except ValueError:
@@ -63,7 +56,7 @@ def _bounds(minimum: float, maximum: float) -> str:
 def whole(name: str, value: object, minimum: int = 1, maximum: int = INT64_MAX) -> int:
     """`value` if it is a whole number from `minimum` to `maximum` (not a bool, not a float)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise BadInputError(f"{name} must be a whole number, not {_shown(value)}")
+        raise BadInputError(f"{name} must be a whole number, not {shown(value)}")
     if not minimum <= value <= maximum:
         raise BadInputError(f"{name} must be {_bounds(minimum, maximum)}, not {value}")
     return value
@@ -72,7 +65,7 @@ def whole(name: str, value: object, minimum: int = 1, maximum: int = INT64_MAX) 
 def finite(name: str, value: object, minimum: float = 0.0, maximum: float = math.inf) -> float:
     """`value` if it is a finite number from `minimum` to `maximum` (NaN compares false with every bound)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BadInputError(f"{name} must be a number, not {_shown(value)}")
+        raise BadInputError(f"{name} must be a number, not {shown(value)}")
     if not math.isfinite(value) or not minimum <= value <= maximum:
         raise BadInputError(f"{name} must be a finite number {_bounds(minimum, maximum)}, not {value}")
     return value
@@ -168,7 +161,7 @@ def _fits_collection(name: str, value: object, origin: type, args: tuple[Any, ..
 def check_value(name: str, value: object, hint: Any) -> None:
     """Refuse `value` unless it fits `hint`, naming `name`."""
     if not _fits(name, value, hint):
-        raise BadInputError(f"{name} must be {_describe(hint)}, not {_shown(value)}")
+        raise BadInputError(f"{name} must be {_describe(hint)}, not {shown(value)}")
 
 
 def _resolved(annotation: Any, namespace: dict[str, Any]) -> Any:

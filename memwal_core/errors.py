@@ -9,7 +9,10 @@ credentials.
 
 from __future__ import annotations
 
+import difflib
 import re
+import threading
+from collections.abc import Collection, Iterable
 
 # user:password@ in any URL, and credential-like query parameters or key=value pairs.
 # (A secret may hold `/`: `KEY:SE/CRET@` is user info too.)
@@ -26,15 +29,78 @@ _SECRET_PARAMS = re.compile(
 _BUILD_PATH = re.compile(r",? \S*/rustc?/\S+\.rs:\d+:\d+")
 
 
+class _Withheld:
+    """The values `withhold` was given, longest first (one that holds another goes whole)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._known: set[str] = set()
+        self.values: tuple[str, ...] = ()
+
+    def add(self, values: Iterable[str]) -> None:
+        with self._lock:
+            new = set(values) - self._known
+            if new:
+                self._known |= new
+                self.values = tuple(sorted(self._known, key=len, reverse=True))
+
+
+_WITHHELD = _Withheld()
+
+
+def withhold(values: Iterable[str]) -> None:
+    """Replace each of `values` by `***` in every message `redact` cleans from now on, in this process.
+
+    The storage options a user gives register theirs (`StorageOptions`): Lance
+    and the object store quote a value they cannot use in words of their own
+    (`"..." is not a valid checksum algorithm`, `failed to parse "..."`), so a
+    secret given under the wrong key would show in no form a pattern could know.
+    """
+    _WITHHELD.add(value for value in values if value)
+
+
 def redact(text: str) -> str:
-    """`text` with every URL's userinfo and every credential-like value replaced by `***`.
+    """`text` with every withheld value, every URL's userinfo and every credential-like value replaced by `***`.
 
     Applied to every message memwal prints, including Lance's own error texts,
     which echo endpoints and request URLs verbatim (and end with a build path,
     which goes too).
     """
+    for value in _WITHHELD.values:  # a substring search each: far faster than one pattern of them all
+        if value in text:
+            text = text.replace(value, "***")
     text = _BUILD_PATH.sub("", text)
     return _SECRET_PARAMS.sub(r"\g<name>***", _USERINFO.sub(r"\g<scheme>***@", text))
+
+
+def shown(value: object) -> str:
+    """A value a user gave, as a refusal of it shows it: numbers in full, anything else by its type.
+
+    Text given where a number, a flag or a duration belongs may be a credential
+    put in the wrong place (a secret after the wrong key), so it is never quoted.
+    """
+    if value is None or isinstance(value, bool | int | float):
+        return repr(value)
+    return type(value).__name__
+
+
+# A name's first word ends at a space, `:` or `=`: `aws_secret_access_key SECRET` is a key, then a secret.
+_FIRST_WORD = re.compile(r"\s*(?P<word>[^\s:=]*)(?P<rest>.*)", re.DOTALL)
+
+
+def named(text: str, names: Collection[str]) -> str:
+    """Text a user gave where a name belongs (a storage option's key, a flag), as a refusal of it shows it.
+
+    Only its first word, and only when that word is one of `names` or close to one
+    (a typo), is quoted; the rest, or all of it, is `***`: `-o "aws_secret_access_key
+    SECRET"` (a space for the `=`) puts a secret where the key belongs, and a secret
+    typed on its own is no name at all.
+    """
+    match = _FIRST_WORD.match(text)
+    word, rest = (match["word"], match["rest"].strip()) if match else ("", text)
+    if not word or not difflib.get_close_matches(word.lower(), names, n=1):
+        return "***"
+    return repr(f"{word} ***" if rest else word)
 
 
 # How much of another component's error text (Lance's, Arrow's, Spark's) a memwal message quotes.

@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from dagster import BetaWarning, Definitions, JobDefinition
-
-if TYPE_CHECKING:  # what define_asset_job returns; dagster does not export the name
-    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from memwal_pipelines.assets import table_assets
 from memwal_pipelines.checks import table_checks
@@ -44,16 +40,20 @@ def table_definitions(table: TableConfig) -> Definitions:
     )
 
 
-def location_definitions(tables: Sequence[TableConfig]) -> Definitions:
+def location_definitions(tables: Sequence[TableConfig], own: Sequence[Definitions]) -> Definitions:
     """Every table's jobs and schedules, the location's three sensors, and the job merging many tables at once.
+
+    `own` are the tables' own definitions (`table_definitions`, in the order of
+    `tables`), the very objects the location holds: each table's jobs are
+    resolved against its own (Dagster refuses two op definitions of one name).
 
     In one Definitions: Dagster's component loader copies a component's jobs (adding
     metadata) and re-points only the schedules and sensors beside them to the copies.
     """
     keys = [TableKeys(t) for t in tables]
-    jobs = {k.table.name: table_jobs(k) for k in keys}
+    jobs = {k.table.name: table_jobs(k, definitions) for k, definitions in zip(keys, own, strict=True)}
     merge_tables = merge_tables_job(keys)
-    every_job: list[JobDefinition | UnresolvedAssetJobDefinition] = [merge_tables]
+    every_job: list[JobDefinition] = [merge_tables]
     for k in keys:
         every_job += [*jobs[k.table.name].all, ingest_job(k)]
     return Definitions(
@@ -66,4 +66,5 @@ def location_definitions(tables: Sequence[TableConfig]) -> Definitions:
 
 def build_definitions(tables: Sequence[TableConfig]) -> Definitions:
     """Everything Dagster shows and runs for `tables`."""
-    return Definitions.merge(*(table_definitions(t) for t in tables), location_definitions(tables))
+    own = [table_definitions(t) for t in tables]
+    return Definitions.merge(*own, location_definitions(tables, own))

@@ -10,8 +10,9 @@ it in any project that installed memwal.
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Literal
+from typing import Literal, Self
 
 from dagster import (
     Component,
@@ -25,7 +26,7 @@ from dagster import (
 from pydantic import BaseModel
 
 from memwal_pipelines.build import location_definitions, table_definitions
-from memwal_pipelines.config import TableConfig
+from memwal_pipelines.config import TableConfig, refuse_twice
 
 
 class TableScaffoldParams(BaseModel):
@@ -112,11 +113,38 @@ class MemWalTableScaffolder(Scaffolder[TableScaffoldParams]):
 class MemWalTableComponent(TableConfig, Component, Resolvable):
     """A Lance table with MemWAL that memwal maintains: its assets, checks, jobs, sensors and schedules."""
 
+    # Where the component is declared (`memwal_pipelines/defs/demo[0]`), as Dagster names it; set when
+    # Dagster loads it from its YAML, so that a refusal of two components names both.
+    declared_in: str | None = None
+    # The project's tables by name, set on each of them by the first that asks Dagster (which walks every
+    # component: each asking made the load grow with the square of the tables).
+    project_tables: tuple[MemWalTableComponent, ...] = ()
+
+    @classmethod
+    def load(cls, attributes: BaseModel | None, context: ComponentLoadContext) -> Self:
+        component = super().load(attributes, context)
+        where = context.component_path.get_display_key(context.project_root)
+        object.__setattr__(component, "declared_in", where)  # the table's own keys are frozen
+        return component
+
     def build_defs(self, context: ComponentLoadContext) -> Definitions:
         """The table's assets and checks; the first table (by name) of the project also brings every table's
         jobs and schedules and the location's sensors (Dagster allows one sensor of a name, and re-points a
-        component's sensors and schedules only to the jobs of the same component)."""
-        tables = sorted(context.component_tree.get_all_components(MemWalTableComponent), key=lambda t: t.name)
-        if tables and tables[0] is not self:
-            return table_definitions(self)
-        return Definitions.merge(table_definitions(self), location_definitions(tables or [self]))
+        component's sensors and schedules only to the jobs of the same component), once it has refused two
+        components for one table."""
+        if not self.project_tables:
+            found = context.component_tree.get_all_components(MemWalTableComponent)
+            tables = tuple(sorted(found, key=lambda t: t.name)) or (self,)
+            for table in tables:
+                object.__setattr__(table, "project_tables", tables)
+        tables = self.project_tables
+        if tables[0] is not self:
+            return self.own_definitions
+        refuse_twice([(f"component {t.declared_in} (table {t.name})", t) for t in tables])
+        own = [t.own_definitions for t in tables]
+        return Definitions.merge(self.own_definitions, location_definitions(tables, own))
+
+    @functools.cached_property
+    def own_definitions(self) -> Definitions:
+        """The table's assets and checks, built once: the first table's jobs are resolved against them."""
+        return table_definitions(self)

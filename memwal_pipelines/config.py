@@ -15,7 +15,12 @@ checks for durations, and the table URI read as the command reads it (`file:`
 URIs become paths; a scheme other than `s3://`, `az://`, `abfss://` and `gs://`,
 or credentials in the URI, are refused without echoing them), so a bad list
 fails the code location's load, not the first scheduled run. A refusal is one
-line naming the file, the table and the key.
+line naming the file, the table and the key, and never quotes a value
+(`hide_input_in_errors`: pydantic would append it, and Dagster prints pydantic's
+text whole). Storage options themselves (`storage_options:`) are refused: they
+would show in every Dagster view. So is one table given twice, by its name or by
+its location (`/x` and `file:///x/` are one), naming both entries (`refuse_twice`;
+the components of a defs folder are checked the same way).
 
 ```yaml
 tables:
@@ -56,12 +61,13 @@ import difflib
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
+from dagster import ResolutionContext, Resolver
 from pydantic import AfterValidator, ConfigDict, ValidationError, ValidationInfo, field_validator
 from pydantic.dataclasses import dataclass
 
@@ -81,7 +87,7 @@ from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.merge.batch import MergeBudget
 from memwal_core.services.retain import MIN_AGE, parse_duration
 from memwal_core.spark_session import check_spark_target, remote_holds_credentials
-from memwal_core.storage.stores import normalize_uri, refuse_credentials
+from memwal_core.storage.stores import normalize_uri, refuse_credentials, table_location
 
 DEFAULT_TABLE_URI = "demo/table"
 # What a merge run's bound (`merge_max_runtime`) is made of: its start, then this many batches of the
@@ -126,21 +132,32 @@ Threshold = Annotated[int, _ranged(Range(0))]
 Seconds = Annotated[float, _ranged(Range(0, math.inf), whole_number=False)]
 
 
-# Strict: a YAML value of the wrong type is refused, never converted (`"5"` is no interval).
-@dataclass(frozen=True, config=ConfigDict(extra="forbid", strict=True))
+def _as_given(_context: ResolutionContext, value: Any) -> Any:
+    """A component attribute as the YAML gives it (its template already rendered), for the table to check."""
+    return value
+
+
+# The name of an environment variable. The component's YAML may give it any value: Dagster's own refusal
+# of a mapping would quote it (storage options put here by mistake are one); the table's check does not.
+EnvName = Annotated[str | None, Resolver(_as_given, model_field_type=object)]
+
+
+# Strict: a YAML value of the wrong type is refused, never converted (`"5"` is no interval). No refusal
+# quotes the value it refused.
+@dataclass(frozen=True, config=ConfigDict(extra="forbid", strict=True, hide_input_in_errors=True))
 class TableConfig:
     """One maintained table and how its pipeline runs; every value is checked when the list loads."""
 
     name: str
     uri: str
-    storage_options_env: str | None = None
+    storage_options_env: EnvName = None
     merge_engine: Literal["local", "spark"] = "spark"
     # The run's SparkSession: the pipeline's PySparkResource unless the table names its own Spark.
     spark_master: str | None = None
     spark_remote: str | None = None
     # The environment variable holding the Spark Connect URL, when it carries a token (`;token=...`):
     # the URL itself would show in every Dagster view.
-    spark_remote_env: str | None = None
+    spark_remote_env: EnvName = None
     # A merge round or compaction smaller than both runs in the run's own process even with
     # merge_engine spark: Spark's fixed costs would outweigh it (docs/spark.md, "Spark where it pays").
     spark_min_rows: Threshold = DEFAULT_SPARK_MIN_ROWS
@@ -178,6 +195,9 @@ class TableConfig:
     retention_cron: str = "30 3 * * *"
     retain_older_than: str = "7d"
     retain_keep_versions: Count | None = None
+    # Never set: a key only so that options written here are refused by the table's own check, which
+    # quotes none of them (Dagster's refusal of an unknown key prints the YAML around it).
+    storage_options: Any = None
 
     @field_validator("name", "uri", "retain_older_than", mode="before")
     @classmethod
@@ -210,15 +230,30 @@ class TableConfig:
                 )
         return url
 
+    @field_validator("storage_options_env", "spark_remote_env", mode="before")
+    @classmethod
+    def _env_name(cls, name: Any) -> Any:
+        """The variable's name, never its value: a value put here (`{{ env('X') }}` of the options or the
+        URL) would show in every Dagster view, so it is refused without being quoted."""
+        if name is not None and not (isinstance(name, str) and _ENV_NAME.match(name)):
+            raise _invalid("is not an environment variable name: name the variable that holds the value")
+        return name
+
     @field_validator("spark_remote_env")
     @classmethod
     def _spark_remote_env(cls, name: str | None, info: ValidationInfo) -> str | None:
-        if name is not None:
-            if not _ENV_NAME.match(name):
-                raise _invalid(f"{name!r} is not an environment variable name")
-            if info.data.get("spark_master") or info.data.get("spark_remote"):
-                raise _invalid("name it or spark_master / spark_remote, not both")
+        if name is not None and (info.data.get("spark_master") or info.data.get("spark_remote")):
+            raise _invalid("name it or spark_master / spark_remote, not both")
         return name
+
+    @field_validator("storage_options", mode="before")
+    @classmethod
+    def _no_storage_options(cls, options: Any) -> None:
+        if options is not None:
+            raise _invalid(
+                "storage options (credentials among them) would show in every Dagster view: put them, as a "
+                "JSON object, in an environment variable and name it in storage_options_env"
+            )
 
     @field_validator("spark_remote")
     @classmethod
@@ -292,12 +327,31 @@ def load_tables(path: str | None = None) -> list[TableConfig]:
     if unknown:
         raise BadInputError(f"table list {path}: unknown key {unknown[0]!r} (the file holds `tables:` only)")
     tables = [_table(path, position, entry) for position, entry in enumerate(entries, start=1)]
-    seen: set[str] = set()
-    for table in tables:
-        if table.name in seen:
-            raise BadInputError(f"table list {path}: table {table.name}: name: names a table twice")
-        seen.add(table.name)
+    refuse_twice([(f"table {table.name}", table) for table in tables], prefix=f"table list {path}: ")
     return tables
+
+
+def refuse_twice(tables: Sequence[tuple[str, TableConfig]], prefix: str = "") -> None:
+    """Refuse a name, or a table, that two entries give (each entry named by where it is declared).
+
+    A table is its location (`table_location`: `/x` and `file:///x/` are one):
+    two entries for one table would give it two merge jobs, two pools and two
+    GC schedules, each unaware of the other's runs.
+    """
+    names: dict[str, str] = {}
+    locations: dict[str, str] = {}
+    for where, table in tables:
+        if table.name in names:
+            also = f" (also {names[table.name]})" if names[table.name] != where else ""
+            raise BadInputError(f"{prefix}{where}: name: names a table twice{also}")
+        location = table_location(table.uri)
+        if location in locations:
+            raise BadInputError(
+                f"{prefix}{where}: uri: names the same table as {locations[location]} ({location}): "
+                "maintain each table from one entry"
+            )
+        names[table.name] = where
+        locations[location] = where
 
 
 def _table(path: str, position: int, entry: Any) -> TableConfig:

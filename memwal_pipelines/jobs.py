@@ -13,15 +13,22 @@ storage, which also covers CLI runs outside Dagster.
 Every job runs its step in the run's own process (in-process executor): the
 default multiprocess executor would start a second Python process per step,
 which measured as most of the flush-to-merge latency (bench/lag.py).
+
+A table's jobs are resolved against the table's own assets, not the location's:
+Dagster resolves an asset job by going over every asset of the definitions it
+is in, so with every table's jobs in one location the load grew with the square
+of the tables (docs/pipeline.md, "Many tables").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from dagster import (
     AssetSelection,
+    Definitions,
+    JobDefinition,
     define_asset_job,
     in_process_executor,
 )
@@ -40,29 +47,21 @@ UPKEEP_TAG = "memwal/upkeep"
 
 @dataclass(frozen=True)
 class TableJobs:
-    merge: UnresolvedAssetJobDefinition
-    catchup: UnresolvedAssetJobDefinition
-    snapshot: UnresolvedAssetJobDefinition
-    checks: UnresolvedAssetJobDefinition
-    compaction: UnresolvedAssetJobDefinition
-    retention: UnresolvedAssetJobDefinition
-    gc: UnresolvedAssetJobDefinition
+    merge: JobDefinition
+    catchup: JobDefinition
+    snapshot: JobDefinition
+    checks: JobDefinition
+    compaction: JobDefinition
+    retention: JobDefinition
+    gc: JobDefinition
 
     @property
-    def all(self) -> list[UnresolvedAssetJobDefinition]:
-        return [
-            self.merge,
-            self.catchup,
-            self.snapshot,
-            self.checks,
-            self.compaction,
-            self.retention,
-            self.gc,
-        ]
+    def all(self) -> list[JobDefinition]:
+        return [getattr(self, field.name) for field in fields(self)]
 
 
-def table_jobs(keys: TableKeys) -> TableJobs:
-    """The jobs of one table.
+def table_jobs(keys: TableKeys, own: Definitions) -> TableJobs:
+    """The jobs of one table, resolved against `own`: the table's assets and checks (`table_definitions`).
 
     Upkeep (compaction, retention, GC) must not starve merges. Three limits see
     to it: `memwal/upkeep` lets one upkeep run at a time hold a slot of the run
@@ -89,7 +88,7 @@ def table_jobs(keys: TableKeys) -> TableJobs:
             description=description,
         )
 
-    return TableJobs(
+    unresolved = dict(
         merge=job(
             "merge",
             AssetSelection.assets(keys.base).without_checks(),
@@ -132,3 +131,5 @@ def table_jobs(keys: TableKeys) -> TableJobs:
             tags=upkeep,
         ),
     )
+    resolver = Definitions.merge(own, Definitions(jobs=list(unresolved.values())))
+    return TableJobs(**{field: resolver.resolve_job_def(job.name) for field, job in unresolved.items()})

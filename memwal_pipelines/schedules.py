@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dagster import (
     AssetKey,
@@ -32,6 +32,7 @@ from dagster import (
     DagsterInstance,
     DagsterRunStatus,
     DefaultScheduleStatus,
+    JobDefinition,
     RunRequest,
     RunsFilter,
     ScheduleDefinition,
@@ -43,9 +44,6 @@ from memwal_core.services.gc import rules
 from memwal_pipelines.jobs import TableJobs
 from memwal_pipelines.keys import TableKeys
 from memwal_pipelines.sensors import FLUSHED_SENSOR
-
-if TYPE_CHECKING:
-    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 # The longest a gated job goes without a run, whatever the observations say.
 REFRESH_SECONDS = 6 * 3600
@@ -167,7 +165,7 @@ def sensor_running(instance: DagsterInstance) -> bool:
 
 
 def gated(
-    keys: TableKeys, job: UnresolvedAssetJobDefinition, gate: Gate
+    keys: TableKeys, job: JobDefinition, gate: Gate
 ) -> Callable[[ScheduleEvaluationContext], RunRequest | SkipReason]:
     """The schedule's evaluation: a run when `run_reason` gives one, else a skip saying why."""
 
@@ -193,9 +191,7 @@ def table_schedules(keys: TableKeys, jobs: TableJobs) -> list[ScheduleDefinition
     """A schedule per periodic job, stopped until switched on in the UI (Dagster's default)."""
     table = keys.table
 
-    def schedule(
-        suffix: str, job: UnresolvedAssetJobDefinition, cron: str, gate: Gate | None = None
-    ) -> ScheduleDefinition:
+    def schedule(suffix: str, job: JobDefinition, cron: str, gate: Gate | None = None) -> ScheduleDefinition:
         return ScheduleDefinition(
             name=f"{table.name}_{suffix}_schedule",
             job=job,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from memwal_core import __version__
 from memwal_core.cli.options import count, listen_address, number
-from memwal_core.errors import BadInputError, MemwalError, first_line, redact
+from memwal_core.errors import BadInputError, MemwalError, first_line, named, redact
 from memwal_core.services.defaults import (
     AUTO,
     COMMIT_FORMS,
@@ -67,6 +67,28 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        """argparse's own, but an argument it does not know is named only if it is close to a flag: the
+        `SECRET` of `-o aws_secret_access_key SECRET` (a space for the `=`, unquoted) lands here."""
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            flags = _flags(self)
+            self.error(f"unrecognized arguments: {' '.join(named(arg, flags) for arg in unknown)}")
+        return parsed
+
+
+def _flags(parser: argparse.ArgumentParser) -> set[str]:
+    """Every flag of `parser` and of its commands."""
+    flags: set[str] = set()
+    for action in parser._actions:
+        flags.update(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                flags |= _flags(command)
+    return flags
 
 
 def _cmd_status(args: argparse.Namespace, table: MemWalTable) -> Outcome:

@@ -4,7 +4,8 @@ argparse turns the ArgumentTypeError into one line on stderr and exit status 2,
 naming the flag, so a NaN grace period or a zero MemTable size never reaches a
 service (a NaN compares false with everything and would bypass a policy). The
 range checks are the library's own (`memwal_core.arguments`), which the
-Dagster table list uses too.
+Dagster table list uses too. Text that is no number is not quoted back: it may
+be a credential typed in the wrong place (`errors.shown`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def count(minimum: int = 1, maximum: int = INT64_MAX) -> Callable[[str], int]:
         try:
             return whole(repr(text), int(text.strip()), minimum, maximum)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+            raise argparse.ArgumentTypeError("not a whole number") from None
         except BadInputError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -37,7 +38,7 @@ def number(minimum: float, maximum: float) -> Callable[[str], float]:
         try:
             return finite(repr(text), float(text.strip()), minimum, maximum)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+            raise argparse.ArgumentTypeError("not a number") from None
         except BadInputError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -49,5 +50,5 @@ def listen_address(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:9464)")
+        raise argparse.ArgumentTypeError("not HOST:PORT (e.g. 127.0.0.1:9464)")
     return host, int(port)

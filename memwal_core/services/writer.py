@@ -59,6 +59,7 @@ from memwal_core.errors import (
     StorageError,
     UncertainWriteError,
     first_line,
+    shown,
 )
 from memwal_core.lance_errors import (
     WriteFailure,
@@ -140,7 +141,7 @@ class WriterOptions:
     def __post_init__(self) -> None:
         if self.durable_write is not None and not isinstance(self.durable_write, bool):
             raise BadInputError(
-                f"writer option durable_write must be true or false, not {self.durable_write!r}"
+                f"writer option durable_write must be true or false, not {shown(self.durable_write)}"
             )
         for name, value in asdict(self).items():
             if name == "durable_write" or value is None:
@@ -148,7 +149,7 @@ class WriterOptions:
             highest = MAX_WAL_FLUSH_INTERVAL_MS if name == "max_wal_flush_interval_ms" else INT64_MAX
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= highest:
                 raise BadInputError(
-                    f"writer option {name} must be a whole number from 1 to {highest}, not {value!r}"
+                    f"writer option {name} must be a whole number from 1 to {highest}, not {shown(value)}"
                 )
 
     def native(self) -> dict[str, Any]:

@@ -56,19 +56,17 @@ def _seconds(options: Mapping[str, str], key: str, default: str, *, unit: str | 
     match = _DURATION.match(raw)
     if match is None or (unit is not None and match.group(2) is not None):
         shape = "a whole number of seconds" if unit else "a duration such as 30s, 500ms or 2m"
-        raise BadInputError(f"storage option {key}={raw!r} is not {shape}")
+        raise BadInputError(f"storage option {key} is not {shape}")
     value = float(match.group(1)) * _UNIT[match.group(2) or unit or "s"]
     if not math.isfinite(value) or value <= 0 or value > _LONGEST:
-        raise BadInputError(f"storage option {key}={raw!r} must be above 0 and at most 24h")
+        raise BadInputError(f"storage option {key} must be above 0 and at most 24h")
     return value
 
 
 def time_limits(options: Mapping[str, str]) -> TimeLimits:
     """The limits `options` set, with the defaults for those it leaves out; bad values are bad input."""
     if "client_max_retries" in options and not options["client_max_retries"].strip().isdigit():
-        raise BadInputError(
-            f"storage option client_max_retries={options['client_max_retries']!r} is not a whole number"
-        )
+        raise BadInputError("storage option client_max_retries is not a whole number")
     return TimeLimits(
         connect=_seconds(options, "connect_timeout", DEFAULT_CONNECT_TIMEOUT),
         request=_seconds(options, "timeout", DEFAULT_TIMEOUT),

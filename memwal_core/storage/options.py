@@ -1,7 +1,11 @@
 """Storage options: one value passed both to Lance and to our object store.
 
 Secrets stay inside; `repr` and `redacted()` never show them, so an options
-object can appear in logs, errors and Dagster metadata safely.
+object can appear in logs, errors and Dagster metadata safely. A refusal names
+the option and never quotes a value, nor more of a key than a known key's name
+(`errors.named`): a secret typed in the wrong place would show otherwise. Every
+value that could be a secret is withheld from every message memwal prints
+(`errors.withhold`), whatever key it was given under and whoever quotes it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 
 from memwal_core.arguments import checked
-from memwal_core.errors import BadInputError
+from memwal_core.errors import BadInputError, named, withhold
 from memwal_core.storage.limits import TimeLimits, time_limits, with_lance_defaults
 
 _SECRET_MARKERS = (
@@ -175,6 +179,18 @@ KNOWN_KEYS = frozenset(
 )
 # Lance scopes an option to one registered base path as `base_<id>.<key>`.
 _BASE_SCOPED = re.compile(r"^base_\d+\.")
+# Options whose values messages show on purpose: where requests go, and who sends them. (An endpoint is
+# a URL, shown too; its user info goes by `redact`'s own rule.)
+_SHOWN_KEYS = frozenset(
+    [
+        *(k for name in ("bucket", "bucket_name", "region", "default_region") for k in (name, f"aws_{name}")),
+        *("azure_storage_account_name", "account_name", "azure_container_name", "container_name"),
+        *("google_bucket", "google_bucket_name"),
+        USER_AGENT,
+    ]
+)
+# A shorter value (`true`, `30s`, `AES256`) is no secret, and withholding it would blank words of messages.
+MIN_WITHHELD_CHARS = 8
 
 
 def check_known(keys: Iterable[str]) -> None:
@@ -186,7 +202,8 @@ def check_known(keys: Iterable[str]) -> None:
         close = difflib.get_close_matches(plain, KNOWN_KEYS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise BadInputError(
-            f"unknown storage option {key!r}{hint}; known options: {', '.join(sorted(KNOWN_KEYS))}"
+            f"unknown storage option {named(key, KNOWN_KEYS)}{hint}; "
+            f"known options: {', '.join(sorted(KNOWN_KEYS))}"
         )
 
 
@@ -196,12 +213,20 @@ def is_secret(key: str) -> bool:
     return any(marker in lowered for marker in _SECRET_MARKERS)
 
 
+def _withheld(key: str, value: str) -> bool:
+    """Whether a value may be a secret: any long enough one but a URL or a shown option's (a secret may be
+    given under the wrong key)."""
+    plain = _BASE_SCOPED.sub("", key.strip().lower())
+    return len(value) >= MIN_WITHHELD_CHARS and plain not in _SHOWN_KEYS and "://" not in value
+
+
 class StorageOptions(Mapping[str, str]):
     """Lance-style storage options (`aws_endpoint`, `aws_access_key_id`, ...); immutable."""
 
     @checked
     def __init__(self, values: Mapping[str, object] | None = None) -> None:
         self._values: dict[str, str] = {str(k): str(v) for k, v in (values or {}).items()}
+        withhold(v for k, v in self._values.items() if _withheld(k, v))
 
     @classmethod
     def parse(cls, pairs: Iterable[str]) -> StorageOptions:
@@ -210,7 +235,7 @@ class StorageOptions(Mapping[str, str]):
         for pair in pairs:
             key, sep, value = pair.partition("=")
             if not sep or not key.strip():
-                raise BadInputError(f"storage option {key.strip() or pair!r} is not KEY=VALUE")
+                raise BadInputError(f"storage option {named(pair, KNOWN_KEYS)} is not KEY=VALUE")
             values[key.strip()] = value
         return cls.checked(values)
 
@@ -270,8 +295,7 @@ class StorageOptions(Mapping[str, str]):
             value = 0
         if not 1 <= value <= CONCURRENT_REQUESTS_LIMIT:
             raise BadInputError(
-                f"storage option {MAX_CONCURRENT_REQUESTS}={raw!r} is not a whole number "
-                f"from 1 to {CONCURRENT_REQUESTS_LIMIT}"
+                f"storage option {MAX_CONCURRENT_REQUESTS} is not a whole number from 1 to {CONCURRENT_REQUESTS_LIMIT}"
             )
         return value
 
@@ -295,3 +319,7 @@ class StorageOptions(Mapping[str, str]):
 
     def __repr__(self) -> str:
         return f"StorageOptions({self.redacted()!r})"
+
+    def __reduce__(self) -> tuple[type[StorageOptions], tuple[dict[str, str]]]:
+        """Built again where unpickled (a Spark executor), so that process withholds the values too."""
+        return (StorageOptions, (self._values,))

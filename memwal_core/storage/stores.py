@@ -5,6 +5,7 @@ Kept apart from `object_store` (the interface), which the stores import.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -83,6 +84,13 @@ def normalize_uri(uri: str) -> str:
     if rest.startswith("//"):
         raise BadInputError(f"{uri}: storage scheme {parts.scheme!r} is not supported (use {SUPPORTED})")
     return uri.rstrip("/")  # `name:with:colons` is a relative path
+
+
+def table_location(uri: str) -> str:
+    """Where a table URI points, one spelling per table: `normalize_uri`'s, a local path made absolute with
+    its symbolic links resolved (`t`, `./t/` and `file:///abs/t` are one table when run from /abs)."""
+    uri = normalize_uri(uri)
+    return uri if uri.startswith("s3://") else os.path.realpath(os.path.expanduser(uri))
 
 
 def open_store(uri: str, options: StorageOptions | None = None) -> ObjectStore:

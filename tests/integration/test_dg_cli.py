@@ -11,17 +11,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import yaml
 
-from tests.support.dagster import LOCATION, location_loaded
+from tests.support.dagster import DG, LOCATION, location_loaded, new_project
 from tests.support.paths import PROJECT_ROOT
 from tests.support.service import LOOPBACK, free_ports, start_server, stop_process_group
 
-DG = Path(sys.executable).parent / "dg"
 # Dagster's own notice on the first start of a new instance's run-retry daemon.
 FIRST_START = "No cursor for event type"
 
@@ -90,32 +88,6 @@ def test_dg_dev_serves_the_code_location_without_warnings(tmp_path: Path) -> Non
     assert not warnings_in(serving), output
 
 
-NEW_PROJECT = """\
-[project]
-name = "shop"
-version = "0.1.0"
-requires-python = ">=3.11"
-
-[tool.dg]
-directory_type = "project"
-
-[tool.dg.project]
-root_module = "shop"
-"""
-NEW_DEFINITIONS = """\
-from pathlib import Path
-
-import yaml
-
-import dagster as dg
-
-
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
-"""
-
-
 def dg(root: Path, env: dict[str, str], *args: str) -> str:
     done = subprocess.run([str(DG), *args], cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -124,14 +96,7 @@ def dg(root: Path, env: dict[str, str], *args: str) -> str:
 
 def test_a_new_project_lists_scaffolds_and_loads_the_component(tmp_path: Path) -> None:
     """A Dagster project of its own with memwal installed: `dg list components`, `dg scaffold defs`, `dg check defs`."""
-    root = tmp_path / "shop"
-    (root / "shop" / "defs").mkdir(parents=True)
-    (root / "pyproject.toml").write_text(NEW_PROJECT)
-    (root / "shop" / "__init__.py").write_text("")
-    (root / "shop" / "defs" / "__init__.py").write_text("")
-    (root / "shop" / "definitions.py").write_text(NEW_DEFINITIONS)
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "MEMWAL_TABLES")}
-    env["DAGSTER_HOME"] = str(tmp_path / "home")
+    root, env = new_project(tmp_path)
 
     assert "memwal_pipelines.MemWalTableComponent" in dg(root, env, "list", "components")
     params = '{"uri": "s3://lake/events", "merge_engine": "local"}'
@@ -168,3 +133,23 @@ def test_a_new_project_lists_scaffolds_and_loads_the_component(tmp_path: Path) -
     )
     refused = subprocess.run([str(DG), "check", "defs"], cwd=root, env=env, capture_output=True, text=True)
     assert refused.returncode != 0 and "max_batch_bytes must be at least 1" in refused.stdout + refused.stderr
+
+
+def test_two_components_for_one_table_fail_the_load_naming_both(tmp_path: Path) -> None:
+    """Issue 48: `/x` and `file:///x/` are one table; two components for it would give it two merge jobs,
+    two pools and two GC schedules. The load refuses it, naming both components and the key."""
+    root, env = new_project(tmp_path)
+    table = tmp_path / "x"
+    for name, uri in (("events", str(table)), ("events_again", f"file://{table}/")):
+        (root / "shop" / "defs" / name).mkdir()
+        (root / "shop" / "defs" / name / "defs.yaml").write_text(
+            yaml.safe_dump(
+                {"type": "memwal_pipelines.MemWalTableComponent", "attributes": {"name": name, "uri": uri}}
+            )
+        )
+    refused = subprocess.run([str(DG), "check", "defs"], cwd=root, env=env, capture_output=True, text=True)
+    assert refused.returncode != 0
+    assert (
+        "component shop/defs/events_again[0] (table events_again): uri: names the same table as "
+        f"component shop/defs/events[0] (table events) ({table})" in refused.stdout + refused.stderr
+    ), refused.stdout + refused.stderr

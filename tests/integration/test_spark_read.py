@@ -42,6 +42,8 @@ from memwal_core.services.status import status
 from memwal_core.spark_session import connect_session, end_session
 from tests.support.model import ModelTable
 from tests.support.schema import key_field
+from tests.support.secrets import SECRET as PASTED
+from tests.support.secrets import shown
 from tests.support.tables import lsm_rows_at
 
 pytestmark = pytest.mark.spark
@@ -537,19 +539,25 @@ def test_bad_options_are_named_and_credentials_never_shown(
     options = seaweed.storage_options()
     secret = options["aws_secret_access_key"]
     write_demo_table(uri, options, base_rows=50, regions=2, rounds=1, rows_per_generation=10)
-    cases = {
-        "unknown storage option 'bogus'": {"bogus": "1"},
-        "has no column 'nope'": {"columns": "id,nope"},
-        "has no version 999": {"version": "999"},
-        "use_lsm='maybe' is not true or false": {"use_lsm": "maybe"},
-        "rows_per_partition='0' is not a whole number": {"rows_per_partition": "0"},
-        "keys: 'x' is not a value of key column id": {"keys": "1,x"},
-    }
-    for message, extra in cases.items():
+    cases = [
+        ("unknown storage option ***", {"bogus": "1"}),
+        ("has no column 'nope'", {"columns": "id,nope"}),
+        ("has no version 999", {"version": "999"}),
+        ("use_lsm is not true or false", {"use_lsm": "maybe"}),
+        ("rows_per_partition is not a whole number", {"rows_per_partition": "0"}),
+        ("keys: 'x' is not a value of key column id", {"keys": "1,x"}),
+        # Issue 48: a credential given where another option's value belongs, or as a key.
+        ("storage option timeout is not a duration", {"timeout": PASTED}),
+        ("version is not a whole number", {"version": PASTED}),
+        ("use_lsm is not true or false", {"use_lsm": PASTED}),
+        ("unknown storage option ***", {PASTED.lower(): "x"}),
+        ("is not a valid checksum algorithm", {"aws_checksum_algorithm": PASTED}),
+    ]
+    for message, extra in cases:
         with pytest.raises(Exception) as refused:  # Spark wraps ours in its own
             spark_rows(session, uri, {**options, **extra})
         assert message in str(refused.value), str(refused.value)[:2000]
-        assert secret not in str(refused.value)
+        assert secret not in str(refused.value) and not shown(str(refused.value)), str(refused.value)[:2000]
     frame = session.read.format("memwal").options(**options).load(uri).where("id < 10")
     frame.explain(True)
     with MemWalTable.open(uri, options) as table:

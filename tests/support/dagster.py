@@ -45,6 +45,45 @@ WORKSPACE = str(PROJECT_ROOT / "workspace.yaml")
 DEPLOY = PROJECT_ROOT / "docs" / "deploy"
 DEPLOYED_BIN = "/opt/memwal/.venv/bin/"
 DEPLOYED_PORT = "4266"
+DG = BIN_DIR / "dg"
+# A Dagster project of its own, with memwal installed: what `dg init` writes, loading its defs folder.
+NEW_PROJECT = """\
+[project]
+name = "shop"
+version = "0.1.0"
+requires-python = ">=3.11"
+
+[tool.dg]
+directory_type = "project"
+
+[tool.dg.project]
+root_module = "shop"
+"""
+NEW_DEFINITIONS = """\
+from pathlib import Path
+
+import yaml
+
+import dagster as dg
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
+"""
+
+
+def new_project(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A new Dagster project `shop` under `tmp_path` with an empty defs folder; its root and the environment
+    `dg` runs in there (its own DAGSTER_HOME, no MEMWAL_TABLES)."""
+    root = tmp_path / "shop"
+    (root / "shop" / "defs").mkdir(parents=True)
+    (root / "pyproject.toml").write_text(NEW_PROJECT)
+    (root / "shop" / "__init__.py").write_text("")
+    (root / "shop" / "defs" / "__init__.py").write_text("")
+    (root / "shop" / "definitions.py").write_text(NEW_DEFINITIONS)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "MEMWAL_TABLES")}
+    return root, {**env, "DAGSTER_HOME": str(tmp_path / "home")}
 
 
 def deployed_code_server(port: int) -> list[str]:

@@ -3,7 +3,8 @@
 Spark hands a data source every option as text, keys lower-cased. The
 source's own options have names no storage option has; every other option
 is a storage option, checked as the CLI checks `-o` (an unknown one is
-refused, since Lance would silently ignore it).
+refused, since Lance would silently ignore it). A refusal names the option and
+does not quote its value: Spark shows the error in every driver's log.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def _flag(name: str, raw: str) -> bool:
     text = raw.strip().lower()
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
-    raise BadInputError(f"memwal source option {name}={raw!r} is not true or false")
+    raise BadInputError(f"memwal source option {name} is not true or false")
 
 
 def _whole(name: str, raw: str) -> int:
@@ -85,14 +86,12 @@ def _whole(name: str, raw: str) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise BadInputError(f"memwal source option {name}={raw!r} is not a whole number of at least 1")
+        raise BadInputError(f"memwal source option {name} is not a whole number of at least 1")
     return value
 
 
 def _columns(raw: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in raw.split(","))
     if not all(names):
-        raise BadInputError(
-            f"memwal source option {COLUMNS}={raw!r} is not a comma-separated list of columns"
-        )
+        raise BadInputError(f"memwal source option {COLUMNS} is not a comma-separated list of columns")
     return names

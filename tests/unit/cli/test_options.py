@@ -20,13 +20,23 @@ TEXTS = st.one_of(
 )
 
 
+def refused_quoting_numbers_only(text: str, message: str) -> bool:
+    """A number out of range is quoted; other text never is (it may be a secret typed in the wrong place)."""
+    plain = message in ("not a whole number", "not a number")
+    try:
+        float(text)
+    except ValueError:
+        return plain
+    return plain or repr(text) in message
+
+
 @given(text=TEXTS, low=st.integers(0, 3), span=st.integers(0, 10**6))
 def test_count_is_a_whole_number_in_range_or_refused(text: str, low: int, span: int) -> None:
     parse = count(low, low + span)
     try:
         value = parse(text)
     except argparse.ArgumentTypeError as exc:
-        assert repr(text) in str(exc)
+        assert refused_quoting_numbers_only(text, str(exc))
         return
     assert isinstance(value, int) and low <= value <= low + span
 
@@ -37,7 +47,7 @@ def test_number_is_finite_and_in_range_or_refused(text: str, low: float, span: f
     try:
         value = parse(text)
     except argparse.ArgumentTypeError as exc:
-        assert repr(text) in str(exc)
+        assert refused_quoting_numbers_only(text, str(exc))
         return
     assert math.isfinite(value) and low <= value <= low + span
 

@@ -28,10 +28,12 @@ def test_defaults_and_every_key_of_the_docstring_example(tmp_path: Path) -> None
     keys = [line for line in example.splitlines()[1:] if ":" in line and not line.strip().startswith("#")]
     documented = {line.split(":")[0].strip(" -") for line in keys}
     # A table names one Spark: the example names the remote's variable, the others in a comment.
+    # `storage_options` is there to be refused.
     assert documented == {f.name for f in fields(TableConfig)} - {
         "max_generations_per_merge",
         "spark_master",
         "spark_remote",
+        "storage_options",
     }
     assert "spark_master spark://" in example and "spark_remote sc://" in example
     bare = TableConfig(name="t", uri="/t")
@@ -196,6 +198,7 @@ def test_a_file_uri_is_read_as_its_local_path(tmp_path: Path) -> None:
 
 def test_a_merge_runs_bound_comes_from_its_budget_and_tags_its_job() -> None:
     """The `dagster/max_runtime` that frees a dead merge run's slot, and the round's own end before it."""
+    from memwal_pipelines.build import table_definitions
     from memwal_pipelines.jobs import MAX_RUNTIME_TAG, table_jobs
     from memwal_pipelines.keys import TableKeys
 
@@ -205,4 +208,50 @@ def test_a_merge_runs_bound_comes_from_its_budget_and_tags_its_job() -> None:
     assert budget.merge_round_seconds() == 200, "one batch's time before the bound"
     fixed = TableConfig(name="t", uri="/t", merge_max_runtime_seconds=60)
     assert (fixed.merge_max_runtime(), fixed.merge_round_seconds()) == (60, 1.0)
-    assert table_jobs(TableKeys(budget)).merge.tags[MAX_RUNTIME_TAG] == "420"
+    assert table_jobs(TableKeys(budget), table_definitions(budget)).merge.tags[MAX_RUNTIME_TAG] == "420"
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("/data/t", "file:///data/t/"), ("t", "./t/"), ("s3://lake/t/", "s3://lake/t")],
+    ids=["path and file URI", "relative paths", "s3 with a trailing slash"],
+)
+def test_two_entries_for_one_table_are_refused_naming_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str, second: str
+) -> None:
+    """Issue 48: one table listed twice would get two merge jobs, two pools and two GC schedules."""
+    monkeypatch.chdir(tmp_path)
+    path = listing(tmp_path, f"tables:\n  - {{name: a, uri: '{first}'}}\n  - {{name: b, uri: '{second}'}}\n")
+    with pytest.raises(BadInputError) as refused:
+        load_tables(path)
+    assert str(refused.value).startswith(
+        f"table list {path}: table b: uri: names the same table as table a ("
+    ), str(refused.value)
+
+
+def test_a_symbolic_link_to_a_listed_table_is_the_same_table(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "t")
+    path = listing(
+        tmp_path,
+        f"tables:\n  - {{name: a, uri: '{tmp_path / 't'}'}}\n  - {{name: b, uri: '{tmp_path / 'link'}'}}\n",
+    )
+    with pytest.raises(
+        BadInputError, match=f"table b: uri: names the same table as table a \\({tmp_path / 't'}\\)"
+    ):
+        load_tables(path)
+
+
+def test_each_tables_jobs_are_resolved_against_its_own_assets() -> None:
+    """Issue 48: resolved against every asset of the location, as Dagster does by default, the jobs of N
+    tables took time in N squared (the load of 300 tables was mostly that)."""
+    from memwal_pipelines.build import build_definitions
+    from memwal_pipelines.jobs import TableJobs
+
+    tables = [TableConfig(name=f"t{i}", uri=f"/t{i}", merge_engine="local") for i in range(3)]
+    repository = build_definitions(tables).get_repository_def()
+    for table in tables:
+        for job in fields(TableJobs):
+            graph = repository.get_job(f"{table.name}_{job.name}").asset_layer.asset_graph
+            resolved_against = graph.source_asset_graph.get_all_asset_keys()  # type: ignore[attr-defined]
+            assert {key.path[0] for key in resolved_against} == {table.name}, job.name
