@@ -30,7 +30,9 @@ region costs about half a request a minute and a new flush is seen within that b
 the table version, and a digest of the regions' state as of the last status recorded, with its time;
 the run key is a digest of every (region, merged, latest pending) triple, so
 the same backlog never starts a second run, while a new flush or a partial
-merge does. No round is requested for a table while one of its merge runs is still
+merge does; a backlog still pending `max_pending_age_seconds` after its oldest
+flush takes a new key each such period (its round failed, Dagster's retries
+too, and without a new flush nothing would ask again). No round is requested for a table while one of its merge runs is still
 queued: that run merges whatever is pending when it starts.
 
 `memwal_index_catchup` requests a table's catch-up run when a maintained index lags
@@ -152,15 +154,30 @@ class FlushedCursor:
 
 
 def merge_round_request(
-    table: str, partitions: Sequence[str], regions: Sequence[RegionBacklog]
+    table: str,
+    partitions: Sequence[str],
+    regions: Sequence[RegionBacklog],
+    *,
+    now: float,
+    again_after: float,
 ) -> list[RunRequest]:
-    """One run covering every region partition, if any region has pending generations."""
+    """One run covering every region partition, if any region has pending generations.
+
+    Its run key names the backlog (each region's merged and latest pending generation): Dagster
+    starts no second run for a key it has seen, so the same backlog never starts two rounds, while a
+    new flush or a partial merge does. A backlog still pending `again_after` seconds after its
+    oldest generation was flushed (the table's lag threshold) takes a new key each such period: its
+    round failed and so did Dagster's retries (a code server restarting, storage down), or merged
+    none of it, and without a new flush nothing else would ask again.
+    """
     pending = sorted(f"{r.region}:{r.merged_generation}:{r.pending[-1]}" for r in regions if r.pending)
     if not pending or not partitions:
         return []
+    flushed = [r.oldest_pending_created_at for r in regions if r.pending and r.oldest_pending_created_at]
+    asked = int(max(0.0, now - min(flushed)) // again_after) if flushed else 0
     return [
         RunRequest(
-            run_key=f"{table}:merge:{_digest(pending)}",
+            run_key=f"{table}:merge:{_digest(pending)}" + (f":{asked}" if asked else ""),
             tags={PARTITION_RANGE_START: partitions[0], PARTITION_RANGE_END: partitions[-1]},
         )
     ]
@@ -267,7 +284,17 @@ def flushed_tick(
     if freshness_due(table, complete_as_of, found.complete_as_of, cursor.merged_moved(found.regions)):
         complete_as_of = found.complete_as_of
         record_complete_as_of(context.instance, keys, complete_as_of, found.pending_total)
-    rounds = [] if queued else merge_round_request(table.name, [*known, *new_regions], found.regions)
+    rounds = (
+        []
+        if queued
+        else merge_round_request(
+            table.name,
+            [*known, *new_regions],
+            found.regions,
+            now=found.read_at,
+            again_after=table.max_pending_age_seconds,
+        )
+    )
     return FlushedTick(
         events,
         new_regions,

@@ -38,7 +38,7 @@ from memwal_pipelines.build import build_definitions
 from memwal_pipelines.config import TableConfig, load_tables
 from memwal_pipelines.definitions import defs
 from memwal_pipelines.keys import TableKeys
-from memwal_pipelines.sensors import COMPACTION_SENSOR, FLUSHED_SENSOR
+from memwal_pipelines.sensors import COMPACTION_SENSOR, FLUSHED_SENSOR, flushed_tick
 from memwal_pipelines.warm_spark import warm_home
 from tests.support.browser import (
     ARTIFACTS,
@@ -159,6 +159,27 @@ def test_sensor_adds_regions_observes_once_and_keys_runs_by_generation(tmp_path:
     (newer,) = third.run_requests or []
     assert newer.run_key != round_request.run_key, "a new flush starts a new round"
     assert newer.partition_key_range == PartitionKeyRange(partitions[0], newcomer)
+
+
+def test_a_backlog_still_pending_past_the_lag_threshold_is_asked_for_again(tmp_path: Path) -> None:
+    """Dagster starts no run for a run key it has seen: a round that failed, and Dagster's retries too
+    (a code server restarting when they launched, storage down; bench/chaos.py), left its backlog
+    with no merge until the next flush. Past the table's lag threshold, counted from the oldest
+    pending flush, the same backlog takes a new key each threshold."""
+    table, _ = keyed_backlog_table(tmp_path / "t")
+    keys = TableKeys(TableConfig(name="t", uri=table.uri, max_pending_age_seconds=60))
+    instance = DagsterInstance.ephemeral()
+    first = tick(keys, instance, None)
+    (asked,) = first.run_requests or []
+
+    def round_key(later: float) -> str | None:
+        with build_sensor_context(instance=instance) as context:
+            found = flushed_tick(context, keys, first.cursor, False, now=time.time() + later)
+        return None if found.round is None else found.round.run_key
+
+    assert round_key(0) == asked.run_key, "within the threshold the same backlog asks nothing new"
+    assert round_key(65) == f"{asked.run_key}:1"
+    assert round_key(125) == f"{asked.run_key}:2"
 
 
 def test_sensor_records_which_regions_are_behind_in_the_status(tmp_path: Path) -> None:
