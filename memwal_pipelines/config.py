@@ -35,6 +35,7 @@ tables:
     max_batch_rows: 1000000      # per merge commit (default: from the machine's memory)
     max_batch_bytes: 2147483648
     merge_max_runtime_seconds: 1800  # a merge run lasting longer is failed as dead (default: from the budget)
+    max_runtime_seconds: 3600    # so is a run of any other job (catch-up, snapshot, checks, upkeep)
     max_backlog_generations: 16  # asset check thresholds
     max_pending_age_seconds: 900
     max_index_lag: 4
@@ -97,6 +98,9 @@ MERGE_RUN_START_SECONDS = 120.0
 MIN_PENDING_AGE_SECONDS = 60.0
 MERGE_BATCHES_PER_RUN = 3
 MERGE_BYTES_PER_SECOND_FLOOR = 4 << 20
+# An hour: far beyond what a catch-up, snapshot, checks, compaction (bounded by its tasks), retention or
+# GC run takes, and a dead one's slot (a table's service, every table's upkeep) freed within it.
+DEFAULT_MAX_RUNTIME_SECONDS = 3600
 TABLES_ENV = "MEMWAL_TABLES"
 # Where the demo table's component (memwal_pipelines/defs/demo/defs.yaml) finds the table.
 URI_ENV = "MEMWAL_TABLE_URI"
@@ -168,6 +172,9 @@ class TableConfig:
     max_batch_bytes: Count | None = None
     # Seconds after which Dagster fails a merge run as dead (`dagster/max_runtime`); default from the budget.
     merge_max_runtime_seconds: Annotated[int, _ranged(Range(60))] | None = None
+    # The same for the runs of every other job: one whose worker died with its code server (an OOM
+    # kill, a lost host) stays STARTED, and holds its concurrency slot, until this bound fails it.
+    max_runtime_seconds: Annotated[int, _ranged(Range(60))] = DEFAULT_MAX_RUNTIME_SECONDS
     max_backlog_generations: Threshold = 16
     max_pending_age_seconds: Annotated[
         float, _ranged(Range(MIN_PENDING_AGE_SECONDS, math.inf), whole_number=False)

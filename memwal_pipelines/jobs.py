@@ -75,7 +75,10 @@ def table_jobs(keys: TableKeys, own: Definitions) -> TableJobs:
     with a merge commit under load).
     """
     name = keys.table.name
-    upkeep = {SERVICE_TAG: f"{name}:upkeep", UPKEEP_TAG: "1"}
+    # A run whose worker died with the code server (an OOM kill, a lost host) is failed after this,
+    # freeing its slot: Dagster's default launcher cannot tell that the worker is gone.
+    bound = {MAX_RUNTIME_TAG: str(keys.table.max_runtime_seconds)}
+    upkeep = {SERVICE_TAG: f"{name}:upkeep", UPKEEP_TAG: "1", **bound}
 
     def job(
         suffix: str, selection: AssetSelection, description: str, tags: dict[str, str] | None = None
@@ -84,7 +87,7 @@ def table_jobs(keys: TableKeys, own: Definitions) -> TableJobs:
             f"{name}_{suffix}",
             executor_def=in_process_executor,
             selection=selection,
-            tags=tags if tags is not None else {SERVICE_TAG: f"{name}:{suffix}"},
+            tags=tags if tags is not None else {SERVICE_TAG: f"{name}:{suffix}", **bound},
             description=description,
         )
 

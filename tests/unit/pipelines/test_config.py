@@ -255,3 +255,20 @@ def test_each_tables_jobs_are_resolved_against_its_own_assets() -> None:
             graph = repository.get_job(f"{table.name}_{job.name}").asset_layer.asset_graph
             resolved_against = graph.source_asset_graph.get_all_asset_keys()  # type: ignore[attr-defined]
             assert {key.path[0] for key in resolved_against} == {table.name}, job.name
+
+
+def test_every_other_job_is_bounded_too() -> None:
+    """A catch-up, snapshot, checks or upkeep run whose worker died with its code server (bench/chaos.py
+    kills the code server with its runs) stayed STARTED for good, holding its table's service slot,
+    or every table's upkeep slot; each job's runs now carry the table's `max_runtime_seconds`."""
+    from memwal_pipelines.build import table_definitions
+    from memwal_pipelines.jobs import MAX_RUNTIME_TAG, table_jobs
+    from memwal_pipelines.keys import TableKeys
+
+    bounded = TableConfig(name="t", uri="/t", max_runtime_seconds=900)
+    jobs = table_jobs(TableKeys(bounded), table_definitions(bounded))
+    others = [job for job in jobs.all if job is not jobs.merge]
+    assert {job.name: job.tags.get(MAX_RUNTIME_TAG) for job in others} == {job.name: "900" for job in others}
+    assert TableConfig(name="t", uri="/t").max_runtime_seconds == 3600
+    with pytest.raises(ValidationError, match="max_runtime_seconds must be at least 60"):
+        TableConfig(name="t", uri="/t", max_runtime_seconds=30)
