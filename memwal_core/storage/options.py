@@ -29,6 +29,7 @@ _SECRET_MARKERS = (
     "sas",
     "account_key",
     "master_key",
+    "customer_key",  # S3's SSE-C key (`sse_customer_key_base64`)
 )
 
 # The options Lance 14 understands for local, S3, Azure and GCS tables (object_store's S3, Azure,

@@ -140,10 +140,15 @@ def test_retry_policy_retries_only_transient_errors() -> None:
 
 def test_storage_options_never_show_secrets() -> None:
     options = StorageOptions.parse(
-        ["aws_access_key_id=AKID", "aws_secret_access_key=s3cr3t", "aws_region=eu"]
+        [
+            "aws_access_key_id=AKID",
+            "aws_secret_access_key=s3cr3t",
+            "aws_region=eu",
+            "sse_customer_key_base64=c0ffee",
+        ]
     )
     shown = repr(options) + str(options.redacted())
-    assert "s3cr3t" not in shown and "AKID" not in shown and "eu" in shown
+    assert "s3cr3t" not in shown and "AKID" not in shown and "c0ffee" not in shown and "eu" in shown
     with pytest.raises(Exception, match="KEY=VALUE"):
         StorageOptions.parse(["novalue"])
 
