@@ -84,6 +84,16 @@ def shown(value: object) -> str:
     return type(value).__name__
 
 
+# Text that reads as a number, with a unit perhaps (`90`, `-1`, `0.5`, `30m`): no credential looks like it.
+_NUMBER_LIKE = re.compile(r"[-+]?\d+(?:\.\d+)?\s*[A-Za-z]{0,3}")
+
+
+def quoted(text: str) -> str:
+    """Text a user gave where a number or a duration belongs, as a refusal of it shows it: quoted when it
+    reads as one (it says what was typed), else `***` (it may be a credential typed in the wrong place)."""
+    return repr(text) if _NUMBER_LIKE.fullmatch(text.strip()) else "***"
+
+
 # A name's first word ends at a space, `:` or `=`: `aws_secret_access_key SECRET` is a key, then a secret.
 _FIRST_WORD = re.compile(r"\s*(?P<word>[^\s:=]*)(?P<rest>.*)", re.DOTALL)
 

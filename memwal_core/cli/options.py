@@ -5,7 +5,7 @@ naming the flag, so a NaN grace period or a zero MemTable size never reaches a
 service (a NaN compares false with everything and would bypass a policy). The
 range checks are the library's own (`memwal_core.arguments`), which the
 Dagster table list uses too. Text that is no number is not quoted back: it may
-be a credential typed in the wrong place (`errors.shown`).
+be a credential typed in the wrong place (`errors.quoted`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import argparse
 from collections.abc import Callable
 
 from memwal_core.arguments import INT64_MAX, finite, whole
-from memwal_core.errors import BadInputError
+from memwal_core.errors import BadInputError, quoted
 
 
 def count(minimum: int = 1, maximum: int = INT64_MAX) -> Callable[[str], int]:
@@ -24,7 +24,7 @@ def count(minimum: int = 1, maximum: int = INT64_MAX) -> Callable[[str], int]:
         try:
             return whole(repr(text), int(text.strip()), minimum, maximum)
         except ValueError:
-            raise argparse.ArgumentTypeError("not a whole number") from None
+            raise argparse.ArgumentTypeError(f"{quoted(text)} is not a whole number") from None
         except BadInputError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -38,7 +38,7 @@ def number(minimum: float, maximum: float) -> Callable[[str], float]:
         try:
             return finite(repr(text), float(text.strip()), minimum, maximum)
         except ValueError:
-            raise argparse.ArgumentTypeError("not a number") from None
+            raise argparse.ArgumentTypeError(f"{quoted(text)} is not a number") from None
         except BadInputError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 

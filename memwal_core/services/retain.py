@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from memwal_core.arguments import Count, checked
-from memwal_core.errors import BadInputError, NotFoundError, StorageError
+from memwal_core.errors import BadInputError, NotFoundError, StorageError, quoted
 from memwal_core.format.naming import LEASE_DIR
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.result import ServiceResult
@@ -45,10 +45,14 @@ def parse_duration(text: str) -> timedelta:
     """`90m`, `2h`, `7d`, `3600s`, `1w` as a timedelta; BadInputError for anything else."""
     match = _DURATION.match(text.lower())
     if not match:
-        raise BadInputError(f"duration {text!r} is not a number with a unit s, m, h, d or w (e.g. 90m, 7d)")
+        raise BadInputError(
+            f"duration {quoted(text)} is not a number with a unit s, m, h, d or w (e.g. 90m, 7d)"
+        )
     seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
     if seconds > MAX_DURATION_SECONDS:
-        raise BadInputError(f"duration {text!r} is longer than {MAX_DURATION_SECONDS // 86400 // 365} years")
+        raise BadInputError(
+            f"duration {quoted(text)} is longer than {MAX_DURATION_SECONDS // 86400 // 365} years"
+        )
     return timedelta(seconds=seconds)
 
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from memwal_core.errors import BadInputError
+from memwal_core.errors import BadInputError, quoted
 
 # How long one request may take, its whole answer included (object_store's default is 30 s). Half
 # that: an endpoint answering every request in 20 s held a status for 262 s under 30 s, while a
@@ -56,17 +56,19 @@ def _seconds(options: Mapping[str, str], key: str, default: str, *, unit: str | 
     match = _DURATION.match(raw)
     if match is None or (unit is not None and match.group(2) is not None):
         shape = "a whole number of seconds" if unit else "a duration such as 30s, 500ms or 2m"
-        raise BadInputError(f"storage option {key} is not {shape}")
+        raise BadInputError(f"storage option {key}={quoted(raw)} is not {shape}")
     value = float(match.group(1)) * _UNIT[match.group(2) or unit or "s"]
     if not math.isfinite(value) or value <= 0 or value > _LONGEST:
-        raise BadInputError(f"storage option {key} must be above 0 and at most 24h")
+        raise BadInputError(f"storage option {key}={quoted(raw)} must be above 0 and at most 24h")
     return value
 
 
 def time_limits(options: Mapping[str, str]) -> TimeLimits:
     """The limits `options` set, with the defaults for those it leaves out; bad values are bad input."""
     if "client_max_retries" in options and not options["client_max_retries"].strip().isdigit():
-        raise BadInputError("storage option client_max_retries is not a whole number")
+        raise BadInputError(
+            f"storage option client_max_retries={quoted(options['client_max_retries'])} is not a whole number"
+        )
     return TimeLimits(
         connect=_seconds(options, "connect_timeout", DEFAULT_CONNECT_TIMEOUT),
         request=_seconds(options, "timeout", DEFAULT_TIMEOUT),

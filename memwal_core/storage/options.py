@@ -2,8 +2,9 @@
 
 Secrets stay inside; `repr` and `redacted()` never show them, so an options
 object can appear in logs, errors and Dagster metadata safely. A refusal names
-the option and never quotes a value, nor more of a key than a known key's name
-(`errors.named`): a secret typed in the wrong place would show otherwise. Every
+the option and quotes a value only when it reads as a number (`errors.quoted`),
+and no more of a key than a known key's name (`errors.named`): a secret typed in
+the wrong place would show otherwise. Every
 value that could be a secret is withheld from every message memwal prints
 (`errors.withhold`), whatever key it was given under and whoever quotes it.
 """
@@ -16,7 +17,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 
 from memwal_core.arguments import checked
-from memwal_core.errors import BadInputError, named, withhold
+from memwal_core.errors import BadInputError, named, quoted, withhold
 from memwal_core.storage.limits import TimeLimits, time_limits, with_lance_defaults
 
 _SECRET_MARKERS = (
@@ -296,7 +297,8 @@ class StorageOptions(Mapping[str, str]):
             value = 0
         if not 1 <= value <= CONCURRENT_REQUESTS_LIMIT:
             raise BadInputError(
-                f"storage option {MAX_CONCURRENT_REQUESTS} is not a whole number from 1 to {CONCURRENT_REQUESTS_LIMIT}"
+                f"storage option {MAX_CONCURRENT_REQUESTS}={quoted(raw)} is not a whole number "
+                f"from 1 to {CONCURRENT_REQUESTS_LIMIT}"
             )
         return value
 

@@ -90,7 +90,7 @@ def table_location(uri: str) -> str:
     """Where a table URI points, one spelling per table: `normalize_uri`'s, a local path made absolute with
     its symbolic links resolved (`t`, `./t/` and `file:///abs/t` are one table when run from /abs)."""
     uri = normalize_uri(uri)
-    return uri if uri.startswith("s3://") else os.path.realpath(os.path.expanduser(uri))
+    return uri if is_cloud_uri(uri) else os.path.realpath(os.path.expanduser(uri))
 
 
 def open_store(uri: str, options: StorageOptions | None = None) -> ObjectStore:

@@ -108,13 +108,13 @@ def test_a_reader_that_goes_away_or_a_full_disk(table: str) -> None:
             "aws_endpont=http://127.0.0.1:9",
             "unknown storage option 'aws_endpont' (did you mean 'aws_endpoint'?)",
         ),
-        ("timeout=soon", "storage option timeout is not a duration"),
-        ("timeout=0s", "storage option timeout must be above 0"),
+        ("timeout=soon", "storage option timeout=*** is not a duration"),
+        ("timeout=0s", "storage option timeout='0s' must be above 0"),
         (
             "client_retry_timeout=5s",
-            "storage option client_retry_timeout is not a whole number of seconds",
+            "storage option client_retry_timeout='5s' is not a whole number of seconds",
         ),
-        ("client_max_retries=-1", "storage option client_max_retries is not a whole number"),
+        ("client_max_retries=-1", "storage option client_max_retries='-1' is not a whole number"),
     ],
 )
 def test_unknown_or_malformed_storage_options_are_refused(

@@ -543,13 +543,13 @@ def test_bad_options_are_named_and_credentials_never_shown(
         ("unknown storage option ***", {"bogus": "1"}),
         ("has no column 'nope'", {"columns": "id,nope"}),
         ("has no version 999", {"version": "999"}),
-        ("use_lsm is not true or false", {"use_lsm": "maybe"}),
-        ("rows_per_partition is not a whole number", {"rows_per_partition": "0"}),
+        ("use_lsm=*** is not true or false", {"use_lsm": "maybe"}),
+        ("rows_per_partition='0' is not a whole number", {"rows_per_partition": "0"}),
         ("keys: 'x' is not a value of key column id", {"keys": "1,x"}),
         # Issue 48: a credential given where another option's value belongs, or as a key.
-        ("storage option timeout is not a duration", {"timeout": PASTED}),
-        ("version is not a whole number", {"version": PASTED}),
-        ("use_lsm is not true or false", {"use_lsm": PASTED}),
+        ("storage option timeout=*** is not a duration", {"timeout": PASTED}),
+        ("version=*** is not a whole number", {"version": PASTED}),
+        ("use_lsm=*** is not true or false", {"use_lsm": PASTED}),
         ("unknown storage option ***", {PASTED.lower(): "x"}),
         ("is not a valid checksum algorithm", {"aws_checksum_algorithm": PASTED}),
     ]

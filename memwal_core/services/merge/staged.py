@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_core.errors import BadInputError, MemwalError
+from memwal_core.errors import BadInputError, MemwalError, quoted
 from memwal_core.format.naming import STAGING_DIR
 from memwal_core.model.evolution import TableFields
 from memwal_core.model.rows import conform
@@ -66,7 +66,9 @@ def rows_per_task() -> int:
     if raw is None:
         return DEFAULT_ROWS_PER_TASK
     if not raw.isdigit() or int(raw) < 1:
-        raise BadInputError(f"{ROWS_PER_TASK_ENV} must be a whole number of rows of at least 1, not {raw!r}")
+        raise BadInputError(
+            f"{ROWS_PER_TASK_ENV} must be a whole number of rows of at least 1, not {quoted(raw)}"
+        )
     return int(raw)
 
 

@@ -3,8 +3,9 @@
 Spark hands a data source every option as text, keys lower-cased. The
 source's own options have names no storage option has; every other option
 is a storage option, checked as the CLI checks `-o` (an unknown one is
-refused, since Lance would silently ignore it). A refusal names the option and
-does not quote its value: Spark shows the error in every driver's log.
+refused, since Lance would silently ignore it). A refusal of a flag or a number
+quotes the value only when it reads as a number (`errors.quoted`): Spark shows
+the error in every driver's log.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from memwal_core.errors import BadInputError
+from memwal_core.errors import BadInputError, quoted
 from memwal_core.storage.options import StorageOptions
 
 USE_LSM = "use_lsm"
@@ -77,7 +78,7 @@ def _flag(name: str, raw: str) -> bool:
     text = raw.strip().lower()
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
-    raise BadInputError(f"memwal source option {name} is not true or false")
+    raise BadInputError(f"memwal source option {name}={quoted(raw)} is not true or false")
 
 
 def _whole(name: str, raw: str) -> int:
@@ -86,7 +87,7 @@ def _whole(name: str, raw: str) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise BadInputError(f"memwal source option {name} is not a whole number of at least 1")
+        raise BadInputError(f"memwal source option {name}={quoted(raw)} is not a whole number of at least 1")
     return value
 
 

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memwal_core.cli.options import count, number
+from memwal_core.errors import quoted
 
 # What a user may type: numbers of every kind, their edge spellings, and anything at all.
 TEXTS = st.one_of(
@@ -21,13 +22,13 @@ TEXTS = st.one_of(
 
 
 def refused_quoting_numbers_only(text: str, message: str) -> bool:
-    """A number out of range is quoted; other text never is (it may be a secret typed in the wrong place)."""
-    plain = message in ("not a whole number", "not a number")
+    """A refusal quotes text that reads as a number; other text never (it may be a secret typed in the wrong
+    place): it shows as ***."""
     try:
         float(text)
     except ValueError:
-        return plain
-    return plain or repr(text) in message
+        return quoted(text) != "***" or (repr(text) not in message and "***" in message)
+    return True
 
 
 @given(text=TEXTS, low=st.integers(0, 3), span=st.integers(0, 10**6))
