@@ -74,8 +74,10 @@ def test_a_store_that_keeps_throttling_fails_a_command_within_its_budget(seaweed
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1, done.stderr
     assert "still asked to slow down (SlowDown)" in lines[0] and "client_retry_timeout" in lines[0]
-    # It waited while an attempt could still end within the budget (one `timeout` before its end), no longer.
-    assert len(proxy.throttled) > 5
+    # It waited while an attempt could still end within the budget (one `timeout` before its end), no longer:
+    # waits drawn from the upper half of 0.25, 0.5, 1, 2 s leave 4 or 5 attempts starting within 3 s (it
+    # asserted more than 5, and failed CI when the draws gave 5).
+    assert len(proxy.throttled) >= 4
     assert budget - 1.5 < seconds < budget + STARTUP
 
 
