@@ -12,7 +12,7 @@ from pathlib import Path
 
 WIDTH, HEIGHT = 720, 420
 LEFT, RIGHT, TOP, BOTTOM = 70, 150, 40, 60
-COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 
 
 def _nice_step(span: float) -> float:
@@ -29,20 +29,30 @@ def line_chart(
     title: str,
     x_label: str,
     y_label: str,
+    log_x: bool = True,
 ) -> None:
-    """Write `series` (name -> (x, y) points, x > 0) as an SVG line chart at `path`."""
+    """Write `series` (name -> (x, y) points) as an SVG line chart at `path`: x on a log axis (x > 0),
+    or with `log_x=False` a linear one from zero (time)."""
     xs = [x for points in series.values() for x, _ in points]
     ys = [y for points in series.values() for _, y in points]
-    low, high = math.floor(math.log10(min(xs))), math.ceil(math.log10(max(xs)))
     top = max(ys) * 1.1
     step = _nice_step(top)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    if log_x:
+        low, high = math.floor(math.log10(min(xs))), math.ceil(math.log10(max(xs)))
+        ticks: list[float] = [10**power for power in range(low, high + 1)]
+
+        def fraction(x: float) -> float:
+            return (math.log10(x) - low) / max(high - low, 1)
+    else:
+        x_step = _nice_step(max(xs))
+        ticks = [i * x_step for i in range(math.ceil(max(xs) / x_step) + 1)]
+
+        def fraction(x: float) -> float:
+            return x / ticks[-1]
 
     def at(x: float, y: float) -> tuple[float, float]:
-        return (
-            LEFT + (math.log10(x) - low) / max(high - low, 1) * plot_w,
-            TOP + plot_h - y / top * plot_h,
-        )
+        return LEFT + fraction(x) * plot_w, TOP + plot_h - y / top * plot_h
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
@@ -53,13 +63,14 @@ def line_chart(
         f'<text x="18" y="{TOP + plot_h / 2}" text-anchor="middle" '
         f'transform="rotate(-90 18 {TOP + plot_h / 2})">{y_label}</text>',
     ]
-    for power in range(low, high + 1):
-        x, _ = at(10**power, 0)
+    for value in ticks:
+        x, _ = at(value, 0)
         parts.append(f'<line x1="{x}" y1="{TOP}" x2="{x}" y2="{TOP + plot_h}" stroke="#ddd"/>')
-        parts.append(f'<text x="{x}" y="{TOP + plot_h + 18}" text-anchor="middle">{10**power:,}</text>')
+        label = f"{value:,}" if log_x else f"{value:g}"
+        parts.append(f'<text x="{x}" y="{TOP + plot_h + 18}" text-anchor="middle">{label}</text>')
     tick = 0.0
     while tick <= top:
-        _, y = at(10**low, tick)
+        _, y = at(ticks[0], tick)
         parts.append(f'<line x1="{LEFT}" y1="{y}" x2="{LEFT + plot_w}" y2="{y}" stroke="#ddd"/>')
         parts.append(f'<text x="{LEFT - 8}" y="{y + 4}" text-anchor="end">{tick:g}</text>')
         tick += step
@@ -67,7 +78,7 @@ def line_chart(
         colour = COLOURS[n % len(COLOURS)]
         drawn = " ".join(f"{px:.1f},{py:.1f}" for px, py in (at(x, y) for x, y in sorted(points)))
         parts.append(f'<polyline points="{drawn}" fill="none" stroke="{colour}" stroke-width="2"/>')
-        for x, y in points:
+        for x, y in points if log_x else []:  # a time series is too dense for a marker per point
             px, py = at(x, y)
             parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{colour}"/>')
         legend_y = TOP + 10 + n * 20

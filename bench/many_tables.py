@@ -188,7 +188,7 @@ def sensor_ticks(tables: list[Path]) -> tuple[float, float]:
 def tree_cpu(pid: int) -> float:
     """CPU seconds (user + system) of `pid` and every process below it, with the children each has
     reaped (the daemon's code server, replaced every minute, would otherwise leave uncounted)."""
-    from tests.support.dagster import descendants
+    from tests.support.service import descendants
 
     total = 0.0
     ticks = os.sysconf("SC_CLK_TCK")

@@ -50,7 +50,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -356,8 +356,10 @@ class Target:
         workdir: Path,
         *,
         spark: bool,
+        services: Sequence[str] = SERVICES,
     ) -> None:
-        """`spark`: whether a Spark-engine merger runs on this table too."""
+        """`spark`: whether a Spark-engine merger runs on this table too; `services`: the service loops
+        (none where a deployment runs the services, bench/chaos.py)."""
         self.name = name
         self.uri = uri
         self.config = config
@@ -380,7 +382,7 @@ class Target:
         self.starts: Counter[int] = Counter()  # process starts per writer, for their sequence numbers
         self.stalls = 0
         self.children = [self._writer(i) for i in range(config.writers)]
-        self.service_names = [*SERVICES, *(["merge-spark"] if spark else [])]
+        self.service_names = [*services, *(["merge-spark"] if spark else [])]
         self.children += [self._service(service, env) for service in self.service_names]
 
     def _service(self, label: str, env: dict[str, str]) -> Child:
@@ -830,8 +832,23 @@ class Soak:
     # -- the end -----------------------------------------------------------------------------------
 
     def finish(self) -> None:
-        """Wake stalled writers, stop faults, close writers, stop services, drain in-process, then check
-        the end state."""
+        """Stop the load, replay what the writers left in their WALs, let the services settle, drain
+        in-process, then check the end state."""
+        self.stop_load()
+        for target in self.targets:
+            self._replay_wals(target)
+            self._audit(target)
+        self.settle()
+        for target in self.targets:
+            self.drain[target.name] = drain(target.table)
+            self._audit(target)
+            self.final_checks(target)
+
+    def settle(self) -> None:
+        """What runs between the replay and the drain: nothing here (the service loops have stopped)."""
+
+    def stop_load(self) -> None:
+        """Wake stalled writers, stop faults, close writers, stop the service loops."""
         for target in self.targets:
             self._wake_due(target, time.monotonic(), force=True)
         for target in self.targets:
@@ -859,12 +876,6 @@ class Soak:
                 # A round in progress (a slow Spark one, say) finishes on the clean network.
                 if not child.stop(SERVICE_STOP_SECONDS):
                     self.note(f"{target.name}/{child.name} did not stop within {SERVICE_STOP_SECONDS} s")
-        for target in self.targets:
-            self._replay_wals(target)
-            self._audit(target)
-            self.drain[target.name] = drain(target.table)
-            self._audit(target)
-            self.final_checks(target)
 
     def _replay_wals(self, target: Target) -> None:
         """Claim every writer's regions once (replay, then flush) after all writers stopped.

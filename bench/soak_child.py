@@ -72,6 +72,8 @@ def storage_options() -> dict[str, str]:
 class Writer(Protocol):
     """What the soak needs of a MemWAL writer."""
 
+    schema: pa.Schema  # the table's, as the writer opened it
+
     def put(self, data: Any) -> int: ...
 
     def delete(self, keys: Any) -> int: ...
@@ -160,6 +162,17 @@ class OpLog:
         self._file.flush()
 
 
+def shaped(writer: Writer, rows: dict[str, list[Any]]) -> pa.Table:
+    """A put's rows with the columns the writer's table has beyond the soak's own: a nullable column
+    added since the table was made (bench/chaos.py changes schemas under the writers) is null, as
+    Lance reads it in the rows written before it."""
+    table = pa.table(rows, schema=SCHEMA)
+    for field in writer.schema:
+        if field.name not in table.column_names and field.nullable:
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    return table
+
+
 def choose(rng: random.Random, live: set[int], dead: set[int], keys: list[int]) -> tuple[str, list[int]]:
     """A random operation: upserts (updates and new keys), deletes of live keys, re-inserts of deleted ones."""
     roll = rng.random()
@@ -220,8 +233,9 @@ def run_writer(args: argparse.Namespace) -> None:
         try:
             if kind == "P":
                 value = value_of(args.writer, seq)
-                rows = {"id": batch, "w": [args.writer] * len(batch), "v": [value] * len(batch)}
-                writer.put(pa.table(rows, schema=SCHEMA))
+                writer.put(
+                    shaped(writer, {"id": batch, "w": [args.writer] * len(batch), "v": [value] * len(batch)})
+                )
                 live.update(batch)
                 dead.difference_update(batch)
             else:
@@ -262,9 +276,7 @@ def stale_writes(writer: Writer, log: OpLog, writer_id: int, seq: int, keys: lis
         key = keys[(seq + i) % len(keys)]
         log.line(f"A {seq + i} P {key}")
         try:
-            writer.put(
-                pa.table({"id": [key], "w": [writer_id], "v": [value_of(writer_id, seq + i)]}, schema=SCHEMA)
-            )
+            writer.put(shaped(writer, {"id": [key], "w": [writer_id], "v": [value_of(writer_id, seq + i)]}))
             log.line(f"K {seq + i}")
         except Exception as exc:
             log.line(f"F {seq + i} {type(exc).__name__}")

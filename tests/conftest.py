@@ -29,7 +29,7 @@ HEAVY = {
     "azure": ({"azurite"}, "azure"),
     "spark": ({"spark", "standalone_spark"}, "spark"),
 }
-SOAK_MODULES = ("test_soak.py",)
+SOAK_MODULES = ("test_soak.py", "test_chaos.py")
 
 
 def _markers_for(item: pytest.Item, fixtures: set[str]) -> set[str]:

@@ -65,12 +65,12 @@ def test_merges_resume_after_kill_9_of_the_daemon_tree_during_a_merge_run(tmp_pa
             # A flush while the round runs: the sensor queues the next round behind it.
             table.write(regions[0], [("put", [{"id": 7000 + k, "v": "late"} for k in range(4)])])
             wait_for("a merge run queued", lambda: runs(instance, DagsterRunStatus.QUEUED), 120)
-            killed = running.kill_daemon_tree()
+            killed = running.kill_tree("daemon")
         assert len(killed) >= 3, f"the daemon, its code server and the run worker: {killed}"
         assert runs(instance, DagsterRunStatus.STARTED) == [stuck], "Dagster cannot see the worker is gone"
 
         restarted = time.monotonic()
-        running.restart_daemon()
+        running.restart_process("daemon")
         wait_for("the table merged after the restart", lambda: pending(table.uri) == 0, BOUND + 120)
         resumed = time.monotonic() - restarted
         print(
@@ -99,12 +99,12 @@ def test_with_the_deployed_code_server_a_daemon_crash_leaves_the_merge_run_runni
         with details_lease(opened.store, ttl=600, wait=0):
             assert running.start_sensor(FLUSHED_SENSOR) == "RUNNING"
             (held,) = wait_for("a merge run started", lambda: runs(instance, DagsterRunStatus.STARTED), 180)
-            killed = running.kill_daemon_tree()
+            killed = running.kill_tree("daemon")
         assert killed == [running.pids["daemon"]], (
             f"the daemon alone, no code server or run below it: {killed}"
         )
         wait_for("the held run merged", lambda: pending(table.uri) == 0, 180)
-        running.restart_daemon()
+        running.restart_process("daemon")
         finished = wait_for(
             "the held run recorded as a success",
             lambda: (r := instance.get_run_by_id(held)) is not None and r.status == DagsterRunStatus.SUCCESS,

@@ -183,6 +183,30 @@ def test_seaweed_stop_kills_by_pid_and_cleans_up() -> None:
     ]
 
 
+@pytest.mark.s3
+def test_seaweed_and_postgres_come_back_after_a_crash_with_their_data() -> None:
+    """bench/chaos.py kills them with kill -9 and restarts them as their units would: same port, same
+    data (what was acknowledged before the crash is there after it)."""
+    from tests.support.postgres import PostgresServer
+
+    with SeaweedServer() as server, PostgresServer() as postgres:
+        server.create_bucket("crash")
+        server.client().put_object(Bucket="crash", Key="k", Body=b"acknowledged")
+        postgres.create_database("kept")
+        endpoint, port, pids = server.endpoint, postgres.port, (server.pid, postgres.pid)
+        server.crash()
+        postgres.crash()
+        for pid in pids:
+            assert pid is not None
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+        server.restart()
+        postgres.restart()
+        assert (server.endpoint, postgres.port) == (endpoint, port)
+        assert server.client().get_object(Bucket="crash", Key="k")["Body"].read() == b"acknowledged"
+        postgres.connect("kept").close()
+
+
 def _assert_probe_rows(rows: list[dict[str, Any]], uri: str, expected_total: int) -> dict[str, Any]:
     import lance
 

@@ -18,6 +18,7 @@ from tests.support.service import end_group, watch_group
 
 # Two cores, a failed task retried once: the shape of the shared classic session.
 TEST_MASTER = "local[2,2]"
+TEST_CONF = {"spark.sql.shuffle.partitions": "4"}
 
 
 def _watch_once_up(server: ConnectServer, groups: list[int], finished: threading.Event) -> None:
@@ -41,7 +42,7 @@ def started_connect_server(home: Path) -> Iterator[ConnectServer]:
     watcher = threading.Thread(target=_watch_once_up, args=(server, groups, finished), daemon=True)
     watcher.start()
     try:
-        server.start(master=TEST_MASTER, conf={"spark.sql.shuffle.partitions": "4"})
+        server.start(master=TEST_MASTER, conf=TEST_CONF)
         yield server
     finally:
         finished.set()

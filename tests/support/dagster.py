@@ -31,9 +31,10 @@ from tests.support.service import (
     LOOPBACK,
     EarlyExit,
     LoopbackService,
+    crash,
+    descendants,
     free_ports,
     log_tail,
-    processes,
     start_server,
     stop_process_group,
 )
@@ -94,18 +95,6 @@ def deployed_code_server(port: int) -> list[str]:
     return [str(port) if part == DEPLOYED_PORT else part for part in command]
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid`, children before their own children."""
-    children: dict[int, list[int]] = {}
-    for child, parent, _group in processes():
-        children.setdefault(parent, []).append(child)
-    found, frontier = [], [pid]
-    while frontier:
-        frontier = [c for p in frontier for c in children.get(p, [])]
-        found += frontier
-    return found
-
-
 def location_loaded(url: str) -> bool:
     """Whether the webserver at `url` answers with memwal's code location, and only it, loaded."""
     query = "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }"
@@ -142,7 +131,9 @@ class DagsterDeployment(LoopbackService):
         self.code_server = code_server
         self.workspace = WORKSPACE
         self.port = 0
+        self.grpc_port = 0  # the code server's, with `code_server`
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._commands: dict[str, list[str]] = {}
         self._logs: dict[str, IO[bytes]] = {}
 
     @property
@@ -176,25 +167,29 @@ class DagsterDeployment(LoopbackService):
         # that reads `{env: ...}` reads this process's environment here.
         DagsterInstance.from_ref(InstanceRef.from_dir(str(self.home))).dispose()
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
         log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - closed in _release
         self._logs[name] = log
+        self._commands[name] = args
         self._processes[name] = start_server(
             args,
             cwd=PROJECT_ROOT,
-            env=self.env(),
+            env={**self.env(), **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
 
-    def _wait_for_code_server(self, port: int) -> None:
+    def wait_for_code_server(self) -> None:
         """Until the code server listens: it loads the definitions first, and a webserver started
         before then would record the location as failed to load."""
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self._processes["code_server"].poll() is not None:
                 raise EarlyExit(f"code_server exited with {self._processes['code_server'].returncode}")
-            with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout=1):
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection((LOOPBACK, self.grpc_port), timeout=1),
+            ):
                 return
             time.sleep(0.5)
         raise TimeoutError(f"the code server did not listen within {self.start_timeout:.0f} s")
@@ -205,8 +200,9 @@ class DagsterDeployment(LoopbackService):
     def _attempt(self, attempt: int) -> None:
         self.port, grpc_port = free_ports(2)
         if self.code_server:
+            self.grpc_port = grpc_port
             self._spawn("code_server", deployed_code_server(grpc_port))
-            self._wait_for_code_server(grpc_port)
+            self.wait_for_code_server()
             workspace = self.root / "workspace.yaml"
             deployed = (DEPLOY / "workspace.yaml").read_text()
             workspace.write_text(deployed.replace(f"port: {DEPLOYED_PORT}", f"port: {grpc_port}"))
@@ -246,21 +242,36 @@ class DagsterDeployment(LoopbackService):
                 raise RuntimeError(f"code location failed to load: {location.get('message', '')[:500]}")
         return all(location.get("__typename") == "RepositoryLocation" for location in loaded)
 
-    def kill_daemon_tree(self) -> list[int]:
-        """kill -9 the daemon and every process below it (code server, run workers), as a crash of its unit."""
-        daemon = self._processes["daemon"]
-        tree = [daemon.pid, *descendants(daemon.pid)]
+    def kill_tree(self, name: str) -> list[int]:
+        """kill -9 of one process and every process below it at once (the daemon's code server and run
+        workers, the code server's runs), as the OOM killer or a lost host ends a unit: nothing below
+        it gets to say so."""
+        process = self._processes[name]
+        tree = [process.pid, *descendants(process.pid)]
         for pid in tree:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        daemon.wait(timeout=30)
+        process.wait(timeout=30)
         return tree
 
-    def restart_daemon(self, env: dict[str, str] | None = None) -> None:
-        """Start `dagster-daemon run` again (as systemd's Restart=always does), with `env` added."""
-        self.extra_env.update(env or {})
-        self._logs.pop("daemon").close()
-        self._spawn("daemon", self._daemon())
+    def crash_process(self, name: str) -> list[int]:
+        """kill -9 of one process ("daemon", "code_server", "webserver") as its unit sees a crash: the
+        processes below it (a code server's run workers) get SIGTERM, then SIGKILL (service.crash)."""
+        process = self._processes[name]
+        killed = crash(process.pid)
+        process.wait(timeout=30)
+        return killed
+
+    def terminate_process(self, name: str, timeout: float = 30.0) -> None:
+        """Stop one process as `systemctl stop` does: SIGTERM to it and what it started, SIGKILL to those
+        alive `timeout` seconds later (the code server waits for its runs)."""
+        stop_process_group(self._processes[name], timeout)
+
+    def restart_process(self, name: str, env: dict[str, str] | None = None) -> None:
+        """Start a process that died again, with the same command (as systemd's Restart= does), `env`
+        added for this start only (a stepped clock, say)."""
+        self._logs.pop(name).close()
+        self._spawn(name, self._commands[name], env)
 
     def _discard_attempt(self) -> None:
         self._release(10.0)

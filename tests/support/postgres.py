@@ -155,8 +155,16 @@ class PostgresServer(LoopbackService):
         finally:
             password_file.unlink()
 
+    def _relaunch(self) -> None:
+        """The same port and cluster: the server recovers from its WAL after a crash."""
+        self._launch()
+
     def _attempt(self, attempt: int) -> None:
         (self.port,) = free_ports(1)
+        self._launch()
+
+    def _launch(self) -> None:
+        """Start `postgres` on `port` and wait until it answers."""
         if self._log is None:
             self._log = self.log_path.open("ab")
         self._process = start_server(

@@ -83,8 +83,17 @@ class OneProcess(LoopbackService):
     def _running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    def _relaunch(self) -> None:
+        self._launch()
+
     def _attempt(self, attempt: int) -> None:
         (self.port,) = free_ports(1)
+        self._launch()
+
+    def _launch(self) -> None:
+        """Start the process on `port` and wait until it answers."""
+        if self._log is not None:
+            self._log.close()
         self._log = (self.root / self.log_name).open("ab")
         self._process = start_server(
             self._command(),

@@ -226,10 +226,17 @@ class SeaweedServer(LoopbackService):
         command += [f"-{flag}={port}" for flag, port in self.ports.items()]
         return command
 
-    def _launch(self) -> None:
-        """Start one attempt on fresh ports with an empty data dir."""
-        shutil.rmtree(self.root / "data", ignore_errors=True)
-        self.ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS)), strict=True))
+    def _relaunch(self) -> None:
+        self._launch(fresh=False)
+        self._wait_until_ready()
+
+    def _launch(self, *, fresh: bool = True) -> None:
+        """Start `weed`: on fresh ports with an empty data dir (an attempt), or where it ran before."""
+        if fresh:
+            shutil.rmtree(self.root / "data", ignore_errors=True)
+            self.ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS)), strict=True))
+        else:
+            self._remove_grpc_sockets()
         env = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "S3_"))}
         env["HOME"] = str(self.root)
         if self._log is not None:

@@ -133,6 +133,46 @@ def processes() -> list[tuple[int, int, int]]:
     return found
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, children before their own children."""
+    children: dict[int, list[int]] = {}
+    for child, parent, _group in processes():
+        children.setdefault(parent, []).append(child)
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [c for p in frontier for c in children.get(p, [])]
+        found += frontier
+    return found
+
+
+def crash(pid: int, *, grace: float = 10.0) -> list[int]:
+    """kill -9 of `pid`, then what systemd does when a unit's main process dies: SIGTERM to the rest of
+    the unit (here every process below `pid`, found before the kill orphans them), SIGKILL to those
+    alive `grace` seconds later. The PIDs signalled, `pid` first."""
+    rest = descendants(pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    for member in rest:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_alive(member) for member in rest):
+        time.sleep(0.1)
+    for member in rest:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)
+    return [pid, *rest]
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def _group_members(pgid: int) -> list[int]:
     """PIDs whose process group is `pgid`."""
     return [pid for pid, _parent, group in processes() if group == pgid]
@@ -279,6 +319,26 @@ class LoopbackService:
         self._release(timeout)
         shutil.rmtree(self.root, ignore_errors=True)
 
+    @property
+    def pid(self) -> int | None:
+        """The main process's PID while it runs (the one a systemd unit would name)."""
+        raise NotImplementedError
+
+    def crash(self) -> None:
+        """kill -9 of the main process, as its unit sees a crash (`crash` above); its files and ports stay
+        for `restart`."""
+        pid = self.pid
+        if pid is not None:
+            crash(pid)
+        deadline = time.monotonic() + 30
+        while self._running() and time.monotonic() < deadline:  # polling reaps it
+            time.sleep(0.05)
+
+    def restart(self) -> None:
+        """Start the service again where it ran (same ports and data) after a `crash`, as its unit's
+        Restart= would, and block until it is ready."""
+        self._relaunch()
+
     def __enter__(self) -> Self:
         return self.start()
 
@@ -305,6 +365,10 @@ class LoopbackService:
         Raises `EarlyExit` if a process exits first, `TimeoutError` (naming
         the logs) if they are not ready within `start_timeout`.
         """
+        raise NotImplementedError
+
+    def _relaunch(self) -> None:
+        """Launch the processes again on the ports and data of the last attempt, and wait until ready."""
         raise NotImplementedError
 
     def _discard_attempt(self) -> None:
