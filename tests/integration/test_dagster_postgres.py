@@ -96,16 +96,9 @@ def production(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[DagsterDeployment, PostgresServer, ModelTable]]:
     with PostgresServer() as server, pytest.MonkeyPatch.context() as patch:
-        settings = {
-            "hostname": server.host,
-            "port": str(server.port),
-            "db_name": server.create_database("dagster"),
-            "username": server.user,
-            "password": server.password,
-        }
         # This process reads the instance too (DagsterDeployment stamps its schema; the test reads runs).
-        for field, var in CONNECTION_ENV.items():
-            patch.setenv(var, settings[field])
+        for var, value in server.dagster_env(server.create_database("dagster")).items():
+            patch.setenv(var, value)
         root = tmp_path_factory.mktemp("dagster-postgres")
         table, _ = keyed_backlog_table(root / TABLE)
         listing = root / "tables.yaml"

@@ -114,6 +114,16 @@ class PostgresServer(LoopbackService):
             connect_timeout=5,
         )
 
+    def dagster_env(self, db_name: str) -> dict[str, str]:
+        """The DAGSTER_PG_* variables docs/deploy/dagster-postgres.yaml reads, for database `db_name`."""
+        return {
+            "DAGSTER_PG_HOST": self.host,
+            "DAGSTER_PG_PORT": str(self.port),
+            "DAGSTER_PG_DB": db_name,
+            "DAGSTER_PG_USERNAME": self.user,
+            "DAGSTER_PG_PASSWORD": self.password,
+        }
+
     def create_database(self, name: str) -> str:
         """Create database `name` and return its name."""
         from psycopg2 import sql
