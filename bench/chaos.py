@@ -951,17 +951,27 @@ class Chaos(Soak):
         from dagster._core.instance.ref import InstanceRef
 
         reasons: Counter[str] = Counter()
-        kinds = {DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE}
+        kinds = {
+            DagsterEventType.ASSET_CHECK_EVALUATION,
+            DagsterEventType.STEP_FAILURE,
+            DagsterEventType.RUN_FAILURE,
+        }
         with DagsterInstance.from_ref(InstanceRef.from_dir(str(self.deployment.home))) as instance:
             for run in instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.FAILURE])):
                 records = instance.get_records_for_run(run.run_id, of_type=kinds).records
-                lines = []
+                lines: list[str] = []
                 for record in records:
                     event = record.event_log_entry.dagster_event
-                    error = getattr(event.event_specific_data, "error", None) if event else None
+                    data = event.event_specific_data if event else None
+                    if event is not None and event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
+                        if not getattr(data, "passed", True):  # a failed check says why: that first
+                            name, why = getattr(data, "check_name", "?"), getattr(data, "description", "")
+                            lines.insert(0, f"check {name} failed: {why}")
+                        continue
+                    error = getattr(data, "error", None)
                     lines.append(error.message if error is not None else record.event_log_entry.message)
                 first = next((line for line in lines if line), "no failure event").strip().splitlines()[0]
-                first = re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27}|[0-9a-f]{16,}|\d+", "#", first)[:160]
+                first = re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27}|[0-9a-f]{16,}|\d+", "#", first)[:240]
                 reasons[f"{run.job_name.split('_', 1)[-1]}: {first}"] += 1
         return dict(reasons.most_common())
 
