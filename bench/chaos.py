@@ -1248,6 +1248,9 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     chaos = Chaos(config, workdir)
+    # A SIGTERM (a timeout, an operator) ends the run as an error does: every part started here is
+    # stopped, not left running without its harness.
+    signal.signal(signal.SIGTERM, lambda _signo, _frame: sys.exit(143))
     try:
         chaos.setup()
         print(
