@@ -73,7 +73,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.chart import line_chart  # noqa: E402
-from bench.soak import Soak, SoakConfig, Target, Violation, format_summary  # noqa: E402
+from bench.soak import Soak, SoakConfig, Target, Violation, format_summary, report  # noqa: E402
 from memwal_core.model.table import MemWalTable  # noqa: E402
 
 BUCKET = "chaos"
@@ -1265,16 +1265,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["violations"] = [v.to_json() for v in chaos.violations]
     if args.chart:
         chaos.chart(args.chart)
-    print(format_chaos(summary))
-    print(json.dumps(summary, default=str))
-    if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=2, default=str))
-    failed = bool(summary["violations"])
-    if failed or args.workdir:
-        print(f"logs and tables kept in {workdir}", file=sys.stderr)
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return 1 if failed else 0
+    return report(summary, format_chaos(summary), args, workdir)
 
 
 if __name__ == "__main__":

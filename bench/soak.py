@@ -1295,7 +1295,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         soak.teardown()
     summary = soak.summary(time.monotonic() - started)
-    print(format_summary(summary))
+    return report(summary, format_summary(summary), args, workdir)
+
+
+def report(summary: dict[str, Any], text: str, args: argparse.Namespace, workdir: Path) -> int:
+    """Print a run's summary (text, then JSON), write it to `--json`, keep the workdir when something
+    failed or it was asked for; the exit status: 1 when the summary lists a violation."""
+    print(text)
     print(json.dumps(summary, default=str))
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2, default=str))
