@@ -63,6 +63,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 if TYPE_CHECKING:
     from memwal_core.connect_server import ConnectServer
     from tests.support.dagster import DagsterDeployment
@@ -111,8 +113,13 @@ CRONS = {
     "compaction": ("compaction_cron", "*/20 * * * *"),
     "retention": ("retention_cron", "*/20 * * * *"),
 }
-# dagster-postgres.yaml's run monitoring: how often it looks.
-MONITOR_POLL_SECONDS = 30.0
+# The deployed instance's run monitoring (docs/deploy/dagster-postgres.yaml): how often it looks, and how
+# long a run may stay STARTING (a worker killed before its run started holds the run's slots till then).
+MONITORING = yaml.safe_load((ROOT / "docs" / "deploy" / "dagster-postgres.yaml").read_text())[
+    "run_monitoring"
+]
+MONITOR_POLL_SECONDS = float(MONITORING["poll_interval_seconds"])
+START_TIMEOUT_SECONDS = float(MONITORING["start_timeout_seconds"])
 # Slack on every bound the deployment states (a loaded 2-core machine).
 SLACK_SECONDS = 60.0
 FAKETIME_LIBRARY = "/usr/lib/*/faketime/libfaketimeMT.so.1"
@@ -179,7 +186,9 @@ SHORT = ChaosConfig(
     exporter_interval=5.0,
     unreadable_for_seconds=5,
     max_runtime=60,
-    settle_seconds=150.0,
+    # A run worker killed before its run started: its merge slot is freed by the start timeout, then
+    # the next round merges (seed 3 drained a minute after a 150 s bound).
+    settle_seconds=START_TIMEOUT_SECONDS + MONITOR_POLL_SECONDS + 90.0,
     # What fits in the CI's minute: the parts whose loss stops merges, and storage.
     kinds=("storage", "postgres", "code_server", "run_worker", "daemon_tree", "schema_add", "exporter"),
     each_kind_once=True,
@@ -818,6 +827,17 @@ class Chaos(Soak):
                     "run_canceling_past_bound",
                     f"run {record.dagster_run.run_id} of "
                     f"{record.dagster_run.job_name} CANCELING since {self._at(since)} (cancel timeout {cancel:.0f} s)",
+                )
+        for record in instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.STARTING])):
+            since = record.update_timestamp.timestamp()
+            bound = START_TIMEOUT_SECONDS + MONITOR_POLL_SECONDS + SLACK_SECONDS + self._blinded(since, now)
+            if record.dagster_run.run_id not in self._reported and now - since > bound:
+                self._reported.add(record.dagster_run.run_id)
+                self._violation(
+                    "deployment",
+                    "run_starting_past_bound",
+                    f"run {record.dagster_run.run_id} of {record.dagster_run.job_name} STARTING since "
+                    f"{self._at(since)} (start timeout {START_TIMEOUT_SECONDS:.0f} s)",
                 )
         started_runs = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.STARTED]))
         if not started_runs:

@@ -6,7 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from bench.chaos import Fault, compressed_rules, episodes, overlaps, recovery_figures, slope_per_hour
+from bench.chaos import (
+    LONG_SOAK,
+    MONITOR_POLL_SECONDS,
+    SHORT,
+    START_TIMEOUT_SECONDS,
+    ChaosConfig,
+    Fault,
+    compressed_rules,
+    episodes,
+    overlaps,
+    recovery_figures,
+    slope_per_hour,
+)
 from tests.support.prometheus import ALERT_RULES
 
 
@@ -56,3 +68,11 @@ def test_only_the_unreadable_alerts_wait_is_shortened(tmp_path: Path) -> None:
     unreadable = shortened.index("alert: MemwalTableUnreadable")
     assert shortened.index("for: 30s") > unreadable
     assert shortened.index("for: 30s") < shortened.index("alert:", unreadable + 1)
+
+
+def test_every_mode_waits_out_the_deployments_longest_run_bound_before_judging_the_drain() -> None:
+    """A worker killed before its run started holds the table's merge slot until run monitoring's start
+    timeout; one killed after, until the run's max_runtime. The drain is judged after both."""
+    for config in (SHORT, ChaosConfig(minutes=1, soak=LONG_SOAK)):
+        longest = max(START_TIMEOUT_SECONDS, config.max_runtime) + MONITOR_POLL_SECONDS
+        assert config.settle_seconds >= longest + 60, config
