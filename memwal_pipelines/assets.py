@@ -51,7 +51,7 @@ from dagster import (
 from memwal_core.cli.render import render
 from memwal_core.errors import MemwalError
 from memwal_core.model.table import MemWalTable
-from memwal_core.services.backlog import RegionBacklog, TableBacklog, backlog
+from memwal_core.services.backlog import RegionBacklog, TableBacklog, backlog_after
 from memwal_core.services.catchup import CatchupResult, catchup
 from memwal_core.services.compact import CompactionResult, compact
 from memwal_core.services.gc import rules
@@ -275,8 +275,10 @@ def merge_round(
             budget=table.merge_budget(),
             max_seconds=min(table.merge_round_seconds(), max_seconds or math.inf),
         )
-        # The UI shows which regions are behind from these observations: refresh the merged ones.
-        return result, backlog(opened, regions=sorted({r.region for r in result.regions}))
+        # The UI shows which regions are behind from these observations: refresh the merged ones, from
+        # what the round read of them (one HEAD for each it caught up).
+        version = opened.version_after(result.version_after)
+        return result, backlog_after(opened, version, result.planned_readings())
 
     result, after = on_table(memwal, keys, "merge", one_round)
     context.log.info(render(result))

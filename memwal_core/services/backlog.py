@@ -105,12 +105,18 @@ def backlog(table: MemWalTable, regions: Iterable[str] | None = None) -> TableBa
     return backlog_of(table, version, details, read_hinted(table, details, regions))
 
 
-def region_backlog(table: MemWalTable, manifest: RegionManifest, merged: int) -> RegionBacklog:
-    """One region's backlog from its latest manifest (one LIST if it has pending generations)."""
+def region_backlog(
+    table: MemWalTable, manifest: RegionManifest, merged: int, before: RegionBacklog | None = None
+) -> RegionBacklog:
+    """One region's backlog from its latest manifest: one LIST if it has pending generations, none if
+    `before` (an earlier reading) dated the same oldest one. A writer's manifest moves more often
+    than it flushes (a running writer writes two versions at its first put after a flush)."""
     region = manifest.region
     pending = [g for g in manifest.generations if g.generation > merged]
     created = None
-    if pending:
+    if pending and before is not None and before.pending[:1] == (pending[0].generation,):
+        created = before.oldest_pending_created_at
+    if pending and created is None:
         listing = table.store.list_files(f"{MEM_WAL_DIR}/{region}/{pending[0].path}/{TABLE_VERSIONS_DIR}")
         created = min((info.mtime for info in listing), default=None)
     return RegionBacklog(
@@ -176,6 +182,57 @@ def _moved(table: MemWalTable, seen: Mapping[str, tuple[int, RegionBacklog]], re
     return {r for r, moved in zip(regions, found, strict=True) if moved}
 
 
+def _caught_up(
+    details: IndexDetails, seen: Mapping[str, tuple[int, RegionBacklog]], regions: Iterable[str]
+) -> list[str]:
+    """The regions, of `regions`, whose merge progress reached the latest generation they were seen to flush."""
+    return [r for r in regions if details.merged_generation(r) >= seen[r][1].latest_flushed]
+
+
+def _merged_up(
+    details: IndexDetails, seen: Mapping[str, tuple[int, RegionBacklog]], regions: Iterable[str]
+) -> dict[str, tuple[int, RegionBacklog]]:
+    """Caught-up regions with no newer manifest version: their reading, less the backlog a merge took."""
+    return {r: (seen[r][0], seen[r][1].merged_to(details.merged_generation(r))) for r in regions}
+
+
+def backlog_after(
+    table: MemWalTable, version: int, seen: Mapping[str, tuple[int, RegionBacklog]]
+) -> TableBacklog:
+    """The backlog, at table `version`, of the regions in `seen` (each one's manifest version and backlog
+    as read before).
+
+    A merge round observes the regions it merged with it: one it caught up with all it had flushed
+    costs one HEAD (its next manifest version), not its manifest read again; one with pending
+    generations left, or a newer manifest, is read again from the version seen.
+    """
+    details = table.index_details(version)
+    caught_up = _caught_up(details, seen, sorted(seen))
+    newer = _moved(table, seen, caught_up)
+    kept = _merged_up(details, seen, [r for r in caught_up if r not in newer])
+    changed = [r for r in sorted(seen) if r not in kept]
+    found = table.store.map(lambda r: table.read_region(r, seen[r][0], moved=r in newer), changed)
+    read = [m for m in found if m is not None]
+    fresh = _backlogs(table, details, read, seen)
+    regions = sorted([*(b for _v, b in kept.values()), *fresh], key=lambda b: b.region)
+    return TableBacklog(table.uri, version, regions, time.time())
+
+
+def _backlogs(
+    table: MemWalTable,
+    details: IndexDetails,
+    read: Sequence[RegionManifest],
+    seen: Mapping[str, tuple[int, RegionBacklog]],
+) -> list[RegionBacklog]:
+    """The backlogs of regions read again, each dated from its earlier reading where that still holds."""
+    return table.store.map(
+        lambda m: region_backlog(
+            table, m, details.merged_generation(m.region), seen[m.region][1] if m.region in seen else None
+        ),
+        read,
+    )
+
+
 def _quiet(clocks: Mapping[str, Clock], seen: Mapping[str, object], now: float, backoff: Backoff) -> bool:
     """Whether no region of the table was seen to change within the last `bound` seconds."""
     return all(now - c.changed_at >= backoff.bound for r, c in clocks.items() if r in seen)
@@ -221,11 +278,7 @@ def backlog_since(
     same = [r for r in ids if r in seen and seen[r][1].merged_generation == details.merged_generation(r)]
     # A region whose merge caught up with all it had flushed keeps its reading, less the backlog, while
     # no newer manifest version exists: one HEAD after each merge, not its manifest read again.
-    caught_up = [
-        r
-        for r in ids
-        if r in seen and r not in same and details.merged_generation(r) >= seen[r][1].latest_flushed
-    ]
+    caught_up = _caught_up(details, seen, [r for r in ids if r in seen and r not in same])
     due = [r for r in same if backoff.due(clocks.get(r), now, r)]
     newer = _moved(table, seen, due + caught_up)
     if newer and _quiet(clocks, seen, now, backoff):
@@ -236,14 +289,14 @@ def backlog_since(
         due += rest
     kept = {r: seen[r] for r in same if r not in newer}
     merged_up = [r for r in caught_up if r not in newer]
-    kept |= {r: (seen[r][0], seen[r][1].merged_to(details.merged_generation(r))) for r in merged_up}
+    kept |= _merged_up(details, seen, merged_up)
     changed = [r for r in ids if r not in kept]
     found = table.store.map(
         lambda r: table.read_region(r, seen[r][0] if r in seen else hints.get(r), moved=r in newer), changed
     )
     manifests: dict[str, RegionManifest | None] = dict(zip(changed, found, strict=True))
     read = [m for _r, m in sorted(manifests.items()) if m is not None]
-    fresh = table.store.map(lambda m: region_backlog(table, m, details.merged_generation(m.region)), read)
+    fresh = _backlogs(table, details, read, seen)
     regions = sorted([*(b for _v, b in kept.values()), *fresh], key=lambda b: b.region)
     now_seen = kept | {b.region: (m.version, b) for m, b in zip(read, fresh, strict=True)}
 

@@ -22,7 +22,7 @@ from dagster import AssetObservation, DagsterInstance, SensorResult, build_senso
 
 from memwal_core.format.naming import MEM_WAL_DIR, REGION_MANIFEST_DIR, VERSION_HINT_FILE
 from memwal_core.model.table import MemWalTable
-from memwal_core.services.backlog import Watched, backlog_since
+from memwal_core.services.backlog import Watched, backlog, backlog_after, backlog_since
 from memwal_core.services.backoff import Backoff, Clock
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.gc.service import gc
@@ -137,6 +137,35 @@ def test_requests_per_region_of_status_gc_merge(seaweed: Any, proxy: LatencyProx
     assert {r.region for r in again.regions} == set(regions)
 
 
+def test_a_merge_round_observes_the_regions_it_caught_up_with_one_head_each(
+    seaweed: Any, proxy: LatencyProxy
+) -> None:
+    """What a merge run records of each region after its round (the UI's backlog view) is read from
+    what the round planned: a region it caught up costs one HEAD, not its manifest read again; one a
+    writer flushed to since is read again, and the answer is what a fresh read finds."""
+    uri, regions = wide_table(seaweed.storage_options())
+    options = proxy.storage_options(seaweed.storage_options())
+    with MemWalTable.open(uri, StorageOptions(options)) as table:
+        merged = merge(table)
+    assert not merged.failures and merged.generations_merged == REGIONS
+    readings = merged.planned_readings()
+    assert sorted(readings) == sorted(regions)
+
+    requests, after = counted(
+        proxy, uri, options, regions, lambda t: backlog_after(t, merged.version_after, readings)
+    )
+    assert requests == 1, f"after a round: {requests} requests per region"
+    assert all(not r.pending and r.merged_generation == 1 for r in after.regions)
+
+    moved = regions[5]
+    put_region(uri, seaweed.storage_options(), moved, np.arange(9000, 9010, dtype=np.int64))
+    with MemWalTable.open(uri, StorageOptions(options)) as table:
+        after = backlog_after(table, merged.version_after, readings)
+        truth = backlog(table)
+    assert after.regions == truth.regions
+    assert [r.pending for r in after.regions if r.region == moved] == [(2,)]
+
+
 def test_a_stale_snapshot_costs_at_most_twice_a_fresh_one(seaweed: Any, proxy: LatencyProxy) -> None:
     """Manifest versions written since the snapshot (a week of them, kept by GC) cost the version
     hint and one more HEAD per region, not a HEAD per version."""
@@ -204,15 +233,22 @@ def test_sensor_tick_reads_only_what_changed(
     proxy.reset()
     changed = tick(uri, options, instance, quiet.cursor)
     # The moved region: the HEAD that found its next version, its version hint, one HEAD past the version
-    # the hint names, that manifest, and the LIST dating its oldest pending generation (before: the
-    # first HEAD twice).
-    assert proxy.naming([moved]) == 5, "\n".join(
+    # the hint names, and that manifest. Its oldest pending generation is the one the last reading
+    # dated, so no LIST dates it again (before: that LIST, and before that the first HEAD twice).
+    assert proxy.naming([moved]) == 4, "\n".join(
         line[:50] + line[-70:] for line in proxy.lines if moved in line
     )
     events = [e for e in changed.asset_events if isinstance(e, AssetObservation)]
     assert [e.partition for e in events] == [moved]
     assert events[0].metadata["latest_flushed_generation"].value == 2
     assert events[0].metadata["pending_generations"].value == 2
+    first_seen = next(
+        e for e in first.asset_events if isinstance(e, AssetObservation) and e.partition == moved
+    )
+    assert (
+        events[0].metadata["oldest_pending_age_seconds"].value
+        >= first_seen.metadata["oldest_pending_age_seconds"].value
+    ), "dated from its oldest pending generation's flush, not from this read"
 
     # Once merged, no region is read again: one HEAD each proves its manifest unchanged (before: its
     # manifest read again, a HEAD and a GET a region).

@@ -55,6 +55,8 @@ class RegionMergePlan:
     merged_before: int
     manifest_version: int
     generations: tuple[GenerationSource, ...]
+    # The newest generation the manifest lists, pending or not (a plan may take only a prefix).
+    latest_flushed: int = 0
 
     @property
     def target_generation(self) -> int:
@@ -143,6 +145,7 @@ def region_plan(
             )
             for g in pending
         ),
+        latest_flushed=max(g.generation for g in manifest.generations),
     )
 
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from memwal_core.services.backlog import RegionBacklog
 from memwal_core.services.merge.plan import MergePlan
 from memwal_core.services.result import NOT_IN_JSON, JsonRecord, ServiceResult
 
@@ -87,6 +88,26 @@ class MergeResult(ServiceResult):
     @property
     def generations_merged(self) -> int:
         return sum(len(r.merged_generations) for r in self.regions)
+
+    def planned_readings(self) -> dict[str, tuple[int, RegionBacklog]]:
+        """Each merged region's manifest version and backlog as the round planned them: what
+        `backlog_after` needs to observe the regions after the round without reading them again."""
+        merged = {r.region for r in self.regions}
+        return {
+            p.region: (
+                p.manifest_version,
+                RegionBacklog(
+                    p.region,
+                    p.merged_before,
+                    p.latest_flushed,
+                    tuple(g.generation for g in p.generations),
+                    p.bytes,
+                    None,
+                ),
+            )
+            for p in (self.plan.regions if self.plan else ())
+            if p.region in merged
+        }
 
     def computed_json(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
