@@ -375,10 +375,11 @@ def run(args: argparse.Namespace) -> None:
                     time.sleep(args.warmup_seconds)
                     cpu = cpu_by_component(running.pids, server.pid, started[0].pid)
                     proxy.counting = True
-                    began = time.monotonic()
+                    began, began_at = time.monotonic(), time.time()
                     time.sleep(args.minutes * 60)
                     proxy.counting = False
                     seconds = time.monotonic() - began
+                    runs = runs_by_job(running, began_at, time.time())
                     hours = seconds / 3600
                     after = cpu_by_component(running.pids, server.pid, started[0].pid)
                     idle = Idle(
@@ -396,7 +397,19 @@ def run(args: argparse.Namespace) -> None:
             f"t{i}": stored_by_kind(store, f"t{i}", pending_generations(u, direct))
             for i, u in enumerate(uris)
         }
-    report(args, proxy, hours, stored)
+    report(args, proxy, hours, stored, runs)
+
+
+def runs_by_job(running: Any, since: float, until: float) -> Counter[str]:
+    """How many runs of each job the deployment created between `since` and `until` (epoch seconds)."""
+    from dagster import DagsterInstance, RunsFilter
+    from dagster._core.instance.ref import InstanceRef
+
+    with DagsterInstance.from_ref(InstanceRef.from_dir(str(running.home))) as instance:
+        records = instance.get_run_records(RunsFilter())
+    return Counter(
+        r.dagster_run.job_name for r in records if since <= r.create_timestamp.timestamp() <= until
+    )
 
 
 @dataclass(frozen=True)
@@ -494,6 +507,7 @@ def report(
     proxy: BillingProxy,
     hours: float,
     stored: dict[str, dict[str, tuple[int, int]]],
+    runs: Counter[str],
 ) -> None:
     bill = proxy.bill
     factor = {
@@ -535,6 +549,13 @@ def report(
             f"  memwal, all services: {total} requests/hour, {total / args.regions / 60:.2f} per region per minute"
             f"{share}, USD {money(memwal, 1.0):.2f}/month"
         )
+        merges = runs[f"{table}_merge"]
+        if merges:
+            merge = sum(bill[(table, "merge", k)] for k in REQUEST_KINDS)
+            print(
+                f"  merge runs: {merges / hours:.0f}/hour, {merge / merges / args.regions:.1f} requests per "
+                f"region per run"
+            )
         kinds = stored[table]
         held = sum(b for _n, b in kinds.values())
         kept = sum(b for k, (_n, b) in kinds.items() if k not in ("base table", "pending generations"))
