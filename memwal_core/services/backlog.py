@@ -4,7 +4,8 @@ Merge lag is read latency (every unmerged generation is read by every LSM
 read), so the orchestrator watches three numbers per region: pending
 generations, their bytes, and the age of the oldest one. The age is the
 modification time of the oldest pending generation's first dataset
-manifest: one LIST per region that has a backlog, none for the others.
+manifest: one HEAD per region whose oldest pending generation is new, none
+for the others.
 
 A caller that polls (the Dagster sensor, the exporter) passes what it saw
 last time (`backlog_since`): a region whose manifest has no newer version
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memwal_core.format.index_details import IndexDetails
-from memwal_core.format.naming import MEM_WAL_DIR, TABLE_VERSIONS_DIR
+from memwal_core.format.naming import MEM_WAL_DIR, TABLE_VERSIONS_DIR, table_manifest_name
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.backoff import EVERY_READ, Backoff, Clock, probed
@@ -117,8 +118,7 @@ def region_backlog(
     if pending and before is not None and before.pending[:1] == (pending[0].generation,):
         created = before.oldest_pending_created_at
     if pending and created is None:
-        listing = table.store.list_files(f"{MEM_WAL_DIR}/{region}/{pending[0].path}/{TABLE_VERSIONS_DIR}")
-        created = min((info.mtime for info in listing), default=None)
+        created = flushed_at(table, f"{MEM_WAL_DIR}/{region}/{pending[0].path}")
     return RegionBacklog(
         region=region,
         merged_generation=merged,
@@ -127,6 +127,17 @@ def region_backlog(
         pending_bytes=sum(g.in_memory_bytes or 0 for g in pending),
         oldest_pending_created_at=created,
     )
+
+
+def flushed_at(table: MemWalTable, generation: str) -> float | None:
+    """When the generation at `generation` was flushed: the modification time of its first dataset
+    manifest, where Lance's writer puts it (one HEAD, a twelfth of a LIST's price on S3), else of
+    the oldest of its versions (one LIST)."""
+    versions = f"{generation}/{TABLE_VERSIONS_DIR}"
+    first = table.store.head(f"{versions}/{table_manifest_name(1)}")
+    if first is not None:
+        return first.mtime
+    return min((info.mtime for info in table.store.list_files(versions)), default=None)
 
 
 def backlog_of(

@@ -221,6 +221,9 @@ def test_sensor_tick_reads_only_what_changed(
     first = tick(uri, options, instance, None)
     observed = [e.partition for e in first.asset_events if isinstance(e, AssetObservation)]
     assert sorted(p for p in observed if p) == sorted(regions)
+    # Each region's oldest pending generation is dated by a HEAD of its first manifest, not a LIST.
+    dated = [line.split(" ", 1)[0] for line in proxy.lines if "_gen_" in line]
+    assert dated == ["HEAD"] * REGIONS, dated
 
     proxy.reset()
     quiet = tick(uri, options, instance, first.cursor)
