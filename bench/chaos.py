@@ -153,6 +153,8 @@ class ChaosConfig:
     sample_seconds: float = 5.0
     leak_minutes: float = 30.0
     rss_slope_mib_per_hour: float = 50.0
+    # The aim: no process's memory grows more than this over the last hour of a life that long.
+    rss_growth_last_hour_pct: float = 10.0
     fds_slope_per_hour: float = 50.0
     seed: int = 1
     kinds: tuple[str, ...] = FAULTS
@@ -255,6 +257,18 @@ def slope_per_hour(points: Sequence[tuple[float, float]]) -> float:
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     var = sum((x - mx) ** 2 for x in xs)
     return 0.0 if var == 0 else sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var * 3600
+
+
+def last_hour_growth(life: Sequence[tuple[float, float]]) -> float | None:
+    """How much a process's memory grew over the last hour of its life, in percent of where that hour
+    began (the fitted line's rise over it); None for a life shorter than an hour."""
+    if not life or life[-1][0] - life[0][0] < 3600:
+        return None
+    hour = [(at, rss) for at, rss in life if at >= life[-1][0] - 3600]
+    slope = slope_per_hour(hour)
+    mean_at, mean_rss = statistics.fmean(at for at, _ in hour), statistics.fmean(rss for _, rss in hour)
+    began = mean_rss - slope * (mean_at - hour[0][0]) / 3600
+    return 100.0 * slope / began if began > 0 else None
 
 
 def episodes(points: Sequence[tuple[float, bool | None]]) -> list[tuple[float, float]]:
@@ -1142,6 +1156,7 @@ class Chaos(Soak):
             rss_slope = slope_per_hour([(at, rss) for at, rss, _ in steady])
             fds_slope = slope_per_hour([(at, fds) for at, _, fds in steady])
             judged = minutes >= c.leak_minutes
+            growth = last_hour_growth([(at, rss) for at, rss, _ in longest])
             out[name] = {
                 "processes": len(lives),
                 "longest_life_min": round(minutes, 1),
@@ -1150,9 +1165,13 @@ class Chaos(Soak):
                 "fds_first_last": [longest[0][2], longest[-1][2]],
                 "rss_slope_mib_per_hour": round(rss_slope, 1),
                 "fds_slope_per_hour": round(fds_slope, 1),
+                "rss_growth_last_hour_pct": None if growth is None else round(growth, 1),
                 "judged": judged,
             }
-            if judged and (rss_slope > c.rss_slope_mib_per_hour or fds_slope > c.fds_slope_per_hour):
+            grew = growth is not None and growth > c.rss_growth_last_hour_pct
+            if grew or (
+                judged and (rss_slope > c.rss_slope_mib_per_hour or fds_slope > c.fds_slope_per_hour)
+            ):
                 self._violation("deployment", "leak", f"{name}: {json.dumps(out[name])}")
         return out
 
@@ -1211,7 +1230,8 @@ def format_chaos(summary: dict[str, Any]) -> str:
     for name, p in c["processes"].items():
         lines.append(
             f"    {name:<14} {p['processes']} process(es), longest {p['longest_life_min']} min: RSS "
-            f"{p['rss_mib_first_last']} MiB (slope {p['rss_slope_mib_per_hour']} MiB/h), open files "
+            f"{p['rss_mib_first_last']} MiB (slope {p['rss_slope_mib_per_hour']} MiB/h, last hour "
+            f"{p['rss_growth_last_hour_pct']}%), open files "
             f"{p['fds_first_last']} (slope {p['fds_slope_per_hour']}/h){'' if p['judged'] else ' (not judged: short)'}"
         )
     if c["skipped"]:

@@ -15,6 +15,7 @@ from bench.chaos import (
     Fault,
     compressed_rules,
     episodes,
+    last_hour_growth,
     overlaps,
     recovery_figures,
     slope_per_hour,
@@ -76,3 +77,14 @@ def test_every_mode_waits_out_the_deployments_longest_run_bound_before_judging_t
     for config in (SHORT, ChaosConfig(minutes=1, soak=LONG_SOAK)):
         longest = max(START_TIMEOUT_SECONDS, config.max_runtime) + MONITOR_POLL_SECONDS
         assert config.settle_seconds >= longest + 60, config
+
+
+def test_memory_growth_is_judged_over_the_last_hour_of_a_life_that_long() -> None:
+    rising = [(float(t), 100.0 + 10.0 * t / 3600) for t in range(0, 7201, 30)]
+    assert last_hour_growth(rising) == pytest.approx(100 * 10 / 110)
+    flat_then_rising = [
+        (float(t), 200.0 if t < 3600 else 200.0 + 40.0 * (t - 3600) / 3600) for t in range(0, 7201, 30)
+    ]
+    assert last_hour_growth(flat_then_rising) == pytest.approx(20.0, rel=0.05)
+    assert last_hour_growth([(float(t), 100.0) for t in range(0, 7201, 30)]) == 0.0
+    assert last_hour_growth(rising[:100]) is None, "a life under an hour is not judged by it"
