@@ -311,12 +311,13 @@ def backlog_since(
     regions = sorted([*(b for _v, b in kept.values()), *fresh], key=lambda b: b.region)
     now_seen = kept | {b.region: (m.version, b) for m, b in zip(read, fresh, strict=True)}
 
-    for region in set(due) - newer:
+    # A region's clock runs from its writer's last change: a merge (ours) says nothing of when the
+    # writer flushes next, so a region a merge caught up goes on backing off from its last flush.
+    for region in {*(set(due) - newer), *merged_up}:
         clocks[region] = probed(clocks.get(region), now, False)
-    for region in merged_up:
-        clocks[region] = probed(clocks.get(region), now, True)
     for manifest in read:
-        clocks[manifest.region] = probed(clocks.get(manifest.region), now, True)
+        moved = manifest.region not in seen or seen[manifest.region][0] != manifest.version
+        clocks[manifest.region] = probed(clocks.get(manifest.region), now, moved)
     if listed:
         clocks[LISTING_PROBE] = probed(
             clocks.get(LISTING_PROBE), now, any(m.region not in seen for m in read)

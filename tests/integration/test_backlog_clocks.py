@@ -1,0 +1,36 @@
+"""A poller's clocks (backoff.py) run from what the writers change, not from what memwal's merges do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memwal_core.demo import write_demo_table
+from memwal_core.model.table import MemWalTable
+from memwal_core.services.backlog import Watched, backlog_since
+from memwal_core.services.backoff import Backoff
+from memwal_core.services.merge.service import merge
+
+SENSOR = Backoff(tick=5.0, bound=225.0)
+
+
+def test_a_merge_that_catches_a_region_up_does_not_restart_its_backoff(tmp_path: Path) -> None:
+    """A region flushed at T0 and merged (and seen merged) at T0 + 60 is idle since T0: probed every T/4 of that, not
+    every tick again as if it had just changed (under a writer flushing every minute, that was most of
+    the sensor's HEADs). Its reading is still right: caught up, with its flushed generations."""
+    uri = str(tmp_path / "t")
+    write_demo_table(uri, regions=2, rounds=2)
+    start = 1_000_000.0
+    with MemWalTable.open(uri) as table:
+        first = backlog_since(table, Watched(), SENSOR, now=start)
+        regions = sorted(first.watched.seen)
+        assert all(first.watched.clocks[r].changed_at == start for r in regions)
+        assert all(b.pending for b in first.backlog.regions)
+        assert not merge(table).failures
+    with MemWalTable.open(uri) as table:
+        after = backlog_since(table, first.watched, SENSOR, now=start + 60)
+    assert all(not b.pending for b in after.backlog.regions)
+    assert [after.watched.clocks[r].changed_at for r in regions] == [start] * len(regions)
+    assert [after.watched.clocks[r].probed_at for r in regions] == [start + 60] * len(regions)
+    # Idle since the flush: probed every quarter of that (a tick early), next at +75, not every tick.
+    assert not any(SENSOR.due(after.watched.clocks[r], start + t, r) for r in regions for t in (65, 70))
+    assert all(SENSOR.due(after.watched.clocks[r], start + 75, r) for r in regions)
