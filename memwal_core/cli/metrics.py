@@ -55,7 +55,7 @@ log = logging.getLogger("memwal")
 SCRAPE_WAIT = 5.0
 SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 
-# name, help, value of a region's figures (None: unknown, no sample).
+# name, help, value of a region's figures as of the read at the given time (None: unknown, no sample).
 RegionFigure = tuple[str, str, Callable[[RegionWatch, float], float | None]]
 REGION_FIGURES: list[RegionFigure] = [
     ("pending_generations", "Flushed generations not merged yet.", lambda r, _: len(r.backlog.pending)),
@@ -67,8 +67,9 @@ REGION_FIGURES: list[RegionFigure] = [
     ("pending_bytes", "In-memory bytes of the pending generations.", lambda r, _: r.backlog.pending_bytes),
     (
         "oldest_pending_age_seconds",
-        "Seconds since the oldest pending generation was flushed (0 without a backlog): the merge lag.",
-        lambda r, now: r.backlog.oldest_pending_age(now),
+        "Seconds the oldest pending generation had waited when the table was last read (0 without a "
+        "backlog): the merge lag, as of memwal_read_age_seconds ago.",
+        lambda r, read_at: r.backlog.oldest_pending_age(read_at),
     ),
     ("merged_generation", "The highest merged generation.", lambda r, _: r.backlog.merged_generation),
     ("flushed_generation", "The latest flushed generation.", lambda r, _: r.backlog.latest_flushed),
@@ -308,7 +309,8 @@ class TablesCollector(Collector):
                         stored["bytes"].add_metric([table.uri, kind], figures.bytes)
             for region in reading.regions:
                 for name, _text, value in REGION_FIGURES:
-                    figure = value(region, now)
+                    # As of the read: a generation merged since is not reported as waiting still longer.
+                    figure = value(region, reading.read_at)
                     if figure is not None:
                         regions[name].add_metric([table.uri, region.region], figure)
         yield up

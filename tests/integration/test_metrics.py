@@ -183,3 +183,29 @@ def test_prometheus_scrapes_the_exporter_and_the_alerts_fire_and_resolve(tmp_pat
                 >= {"MemwalExporterDown", "MemwalMetricsAbsent"}
             ),
         )
+
+
+def test_the_merge_lag_is_served_as_of_the_last_read(tmp_path: Path) -> None:
+    """Between reads the exporter serves what its last read saw: a generation merged since that read
+    must not be reported as waiting longer and longer (it fired MemwalTableBehind in the chaos run for
+    a table never behind: a stale reading's pending generation aged at every scrape)."""
+    from memwal_core.cli.metrics import TablesCollector, WatchedTable
+    from memwal_core.storage.options import StorageOptions
+
+    uri = str(tmp_path / "demo")
+    write_demo_table(uri)
+    watched = WatchedTable(uri, StorageOptions({}))
+    collector = TablesCollector([watched], interval=3600, lag_threshold=900, read_timeout=60)
+
+    def ages() -> dict[str, float]:
+        (family,) = [f for f in collector.collect() if f.name == "memwal_oldest_pending_age_seconds"]
+        return {s.labels["region"]: s.value for s in family.samples}
+
+    collector.refresh(None)
+    first = ages()
+    assert len(first) == 3 and all(age >= 0 for age in first.values())
+    time.sleep(1.5)
+    assert ages() == first, "no read since: the same figures"
+    reading, _since = watched.served()
+    assert reading is not None
+    assert max(first.values()) == max(r.backlog.oldest_pending_age(reading.read_at) for r in reading.regions)
