@@ -830,7 +830,7 @@ class Chaos(Soak):
         return self._down_for(since, now, BLINDING)
 
     def _down_for(self, since: float, now: float, kinds: frozenset[str]) -> float:
-        """Seconds since `since` that faults of `kinds` lasted (overlapping ones counted once each)."""
+        """Seconds since `since` that faults of `kinds` lasted (faults come one at a time)."""
         return sum(
             max(0.0, min(f.ended or now, now) - max(f.started, since)) for f in self.faults if f.kind in kinds
         )

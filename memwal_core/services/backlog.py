@@ -109,9 +109,9 @@ def backlog(table: MemWalTable, regions: Iterable[str] | None = None) -> TableBa
 def region_backlog(
     table: MemWalTable, manifest: RegionManifest, merged: int, before: RegionBacklog | None = None
 ) -> RegionBacklog:
-    """One region's backlog from its latest manifest: one LIST if it has pending generations, none if
-    `before` (an earlier reading) dated the same oldest one. A writer's manifest moves more often
-    than it flushes (a running writer writes two versions at its first put after a flush)."""
+    """One region's backlog from its latest manifest: one request dating its oldest pending generation
+    (`flushed_at`), none if `before` (an earlier reading) dated the same one. A writer's manifest moves
+    more often than it flushes (a running writer writes two versions at its first put after a flush)."""
     region = manifest.region
     pending = [g for g in manifest.generations if g.generation > merged]
     created = None
@@ -222,26 +222,36 @@ def backlog_after(
     newer = _moved(table, seen, caught_up)
     kept = _merged_up(details, seen, [r for r in caught_up if r not in newer])
     changed = [r for r in sorted(seen) if r not in kept]
-    found = table.store.map(lambda r: table.read_region(r, seen[r][0], moved=r in newer), changed)
-    read = [m for m in found if m is not None]
-    fresh = _backlogs(table, details, read, seen)
-    regions = sorted([*(b for _v, b in kept.values()), *fresh], key=lambda b: b.region)
+    _manifests, _read, regions = _read_again(table, details, seen, kept, changed, newer, {})
     return TableBacklog(table.uri, version, regions, time.time())
 
 
-def _backlogs(
+def _read_again(
     table: MemWalTable,
     details: IndexDetails,
-    read: Sequence[RegionManifest],
     seen: Mapping[str, tuple[int, RegionBacklog]],
-) -> list[RegionBacklog]:
-    """The backlogs of regions read again, each dated from its earlier reading where that still holds."""
-    return table.store.map(
+    kept: Mapping[str, tuple[int, RegionBacklog]],
+    changed: Sequence[str],
+    newer: set[str],
+    hints: Mapping[str, int],
+) -> tuple[dict[str, RegionManifest | None], list[RegionManifest], list[RegionBacklog]]:
+    """Read the `changed` regions again (from the version seen, else the hint; `newer`: their next
+    version was just seen stored): their manifests, those that exist, and every region's backlog,
+    the `kept` ones' as they were. A region read again is dated from its earlier reading where that
+    still holds."""
+    found = table.store.map(
+        lambda r: table.read_region(r, seen[r][0] if r in seen else hints.get(r), moved=r in newer), changed
+    )
+    manifests: dict[str, RegionManifest | None] = dict(zip(changed, found, strict=True))
+    read = [m for _r, m in sorted(manifests.items()) if m is not None]
+    fresh = table.store.map(
         lambda m: region_backlog(
             table, m, details.merged_generation(m.region), seen[m.region][1] if m.region in seen else None
         ),
         read,
     )
+    regions = sorted([*(b for _v, b in kept.values()), *fresh], key=lambda b: b.region)
+    return manifests, read, regions
 
 
 def _quiet(clocks: Mapping[str, Clock], seen: Mapping[str, object], now: float, backoff: Backoff) -> bool:
@@ -302,14 +312,9 @@ def backlog_since(
     merged_up = [r for r in caught_up if r not in newer]
     kept |= _merged_up(details, seen, merged_up)
     changed = [r for r in ids if r not in kept]
-    found = table.store.map(
-        lambda r: table.read_region(r, seen[r][0] if r in seen else hints.get(r), moved=r in newer), changed
-    )
-    manifests: dict[str, RegionManifest | None] = dict(zip(changed, found, strict=True))
-    read = [m for _r, m in sorted(manifests.items()) if m is not None]
-    fresh = _backlogs(table, details, read, seen)
-    regions = sorted([*(b for _v, b in kept.values()), *fresh], key=lambda b: b.region)
-    now_seen = kept | {b.region: (m.version, b) for m, b in zip(read, fresh, strict=True)}
+    manifests, read, regions = _read_again(table, details, seen, kept, changed, newer, hints)
+    by_region = {b.region: b for b in regions}
+    now_seen = kept | {m.region: (m.version, by_region[m.region]) for m in read}
 
     # A region's clock runs from its writer's last change: a merge (ours) says nothing of when the
     # writer flushes next, so a region a merge caught up goes on backing off from its last flush.
