@@ -316,13 +316,16 @@ def backlog_since(
     by_region = {b.region: b for b in regions}
     now_seen = kept | {m.region: (m.version, by_region[m.region]) for m in read}
 
-    # A region's clock runs from its writer's last change: a merge (ours) says nothing of when the
-    # writer flushes next, so a region a merge caught up goes on backing off from its last flush.
+    # A region's clock runs from its writer's last flush: a merge (ours) says nothing of when the
+    # writer flushes next, nor does a claim (Lance's writer claims again after each flush, and its
+    # WAL tailer moves the manifest too), so only a new flushed generation restarts its backoff.
     for region in {*(set(due) - newer), *merged_up}:
         clocks[region] = probed(clocks.get(region), now, False)
     for manifest in read:
-        moved = manifest.region not in seen or seen[manifest.region][0] != manifest.version
-        clocks[manifest.region] = probed(clocks.get(manifest.region), now, moved)
+        flushed = manifest.region not in seen or (
+            seen[manifest.region][1].latest_flushed != by_region[manifest.region].latest_flushed
+        )
+        clocks[manifest.region] = probed(clocks.get(manifest.region), now, flushed)
     if listed:
         clocks[LISTING_PROBE] = probed(
             clocks.get(LISTING_PROBE), now, any(m.region not in seen for m in read)

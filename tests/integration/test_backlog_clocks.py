@@ -9,6 +9,7 @@ from memwal_core.model.table import MemWalTable
 from memwal_core.services.backlog import Watched, backlog_since
 from memwal_core.services.backoff import Backoff
 from memwal_core.services.merge.service import merge
+from memwal_core.services.writer import MemWalWriter
 
 SENSOR = Backoff(tick=5.0, bound=225.0)
 
@@ -34,3 +35,24 @@ def test_a_merge_that_catches_a_region_up_does_not_restart_its_backoff(tmp_path:
     # Idle since the flush: probed every quarter of that (a tick early), next at +75, not every tick.
     assert not any(SENSOR.due(after.watched.clocks[r], start + t, r) for r in regions for t in (65, 70))
     assert all(SENSOR.due(after.watched.clocks[r], start + 75, r) for r in regions)
+
+
+def test_a_claim_without_a_flush_does_not_restart_its_backoff(tmp_path: Path) -> None:
+    """Lance's writer claims a region again at the first write after each flush: the manifest moves with
+    nothing new to merge. The region is read again (its reading follows the version) but stays idle
+    since its last flush, so a writer flushing every minute is not probed every tick after each claim."""
+    uri = str(tmp_path / "t")
+    write_demo_table(uri, regions=2, rounds=2)
+    start = 1_000_000.0
+    with MemWalTable.open(uri) as table:
+        first = backlog_since(table, Watched(), SENSOR, now=start)
+    regions = sorted(first.watched.seen)
+    with MemWalWriter(uri, region=regions[0]) as writer:
+        writer.claim()
+    with MemWalTable.open(uri) as table:
+        after = backlog_since(table, first.watched, SENSOR, now=start + 60)
+    claimed = after.watched.seen[regions[0]]
+    assert claimed[0] > first.watched.seen[regions[0]][0], "the claim wrote a newer manifest version"
+    assert claimed[1] == first.watched.seen[regions[0]][1], "nothing new to merge"
+    assert [after.watched.clocks[r].changed_at for r in regions] == [start] * len(regions)
+    assert not SENSOR.due(after.watched.clocks[regions[0]], start + 65, regions[0])
