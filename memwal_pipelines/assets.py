@@ -39,6 +39,7 @@ from dagster import (
     AssetSpec,
     BackfillPolicy,
     BetaWarning,
+    Config,
     Failure,
     MaterializeResult,
     MetadataValue,
@@ -47,6 +48,7 @@ from dagster import (
     RetryRequested,
     asset,
 )
+from pydantic import Field
 
 from memwal_core.cli.render import render
 from memwal_core.errors import MemwalError
@@ -249,12 +251,27 @@ def region_figures(result: MergeResult) -> dict[str, dict[str, Any]]:
     return figures
 
 
+class MergeRoundConfig(Config):
+    """What the sensor that asked for the round had just read: the manifest version of each region
+    with pending generations, where the round starts reading it (a hint, verified with one HEAD;
+    under a writer the region snapshot's is minutes old). Empty for a run asked for by hand."""
+
+    manifest_versions: dict[str, int] = Field(default_factory=dict)
+
+
+def merge_round_config(keys: TableKeys, manifest_versions: Mapping[str, int]) -> dict[str, Any]:
+    """The run config of the table's merge job for a round asked for with `manifest_versions`."""
+    config = {"manifest_versions": dict(manifest_versions)}
+    return {"ops": {keys.base.to_python_identifier(): {"config": config}}}
+
+
 def merge_round(
     context: OpExecutionContext | AssetExecutionContext,
     memwal: MemWalResource,
     keys: TableKeys,
     regions: Sequence[str] | None,
     max_seconds: float | None = None,
+    manifest_versions: Mapping[str, int] | None = None,
 ) -> MergeResult:
     """One merge round of a table (every region, or `regions`), recorded as the UI shows it.
 
@@ -262,6 +279,7 @@ def merge_round(
     each an observation of its backlog after the round. Used by the table's merge
     job and by the location's merge of many tables in one run (merge_tables.py),
     which gives each round what is left of its own time (`max_seconds`).
+    `manifest_versions`: `MergeRoundConfig`'s.
     """
     table = keys.table
     engine = memwal.engine(table, table.merge_engine)
@@ -274,6 +292,7 @@ def merge_round(
             engine=engine,
             budget=table.merge_budget(),
             max_seconds=min(table.merge_round_seconds(), max_seconds or math.inf),
+            manifest_versions=manifest_versions,
         )
         # The UI shows which regions are behind from these observations: refresh the merged ones, from
         # what the round read of them (one HEAD for each it caught up).
@@ -334,10 +353,13 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         description="The base table, per region: pending generations merged in ascending order, "
         "many regions per commit (one merge round per run).",
     )
-    def base_table(context: AssetExecutionContext, memwal: MemWalResource) -> Iterator[Output[None]]:
+    def base_table(
+        context: AssetExecutionContext, config: MergeRoundConfig, memwal: MemWalResource
+    ) -> Iterator[Output[None]]:
         chosen = context.partition_keys
         everything = set(chosen) >= set(context.instance.get_dynamic_partitions(keys.regions_name))
-        result = merge_round(context, memwal, keys, None if everything else chosen)
+        regions = None if everything else chosen
+        result = merge_round(context, memwal, keys, regions, manifest_versions=config.manifest_versions)
         failure = failed_step(result)
         if failure is not None:
             raise failure

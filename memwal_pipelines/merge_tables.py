@@ -10,11 +10,12 @@ which wait for the next round.
 """
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dagster import Config, Failure, JobDefinition, OpExecutionContext, in_process_executor, job, op
+from pydantic import Field
 
 from memwal_pipelines.assets import failed_step, merge_round
 from memwal_pipelines.jobs import MAX_RUNTIME_TAG
@@ -29,13 +30,17 @@ TABLES_AT_ONCE = 2
 
 
 class MergeTablesConfig(Config):
-    """The tables a shared merge run covers, by name."""
+    """The tables a shared merge run covers, by name, and per table its `MergeRoundConfig.manifest_versions`."""
 
     tables: list[str]
+    manifest_versions: dict[str, dict[str, int]] = Field(default_factory=dict)
 
 
-def merge_tables_config(tables: Sequence[str]) -> dict[str, Any]:
-    return {"ops": {"merge_tables": {"config": {"tables": list(tables)}}}}
+def merge_tables_config(
+    tables: Sequence[str], manifest_versions: Mapping[str, Mapping[str, int]]
+) -> dict[str, Any]:
+    versions = {name: dict(manifest_versions[name]) for name in tables if name in manifest_versions}
+    return {"ops": {"merge_tables": {"config": {"tables": list(tables), "manifest_versions": versions}}}}
 
 
 def merge_tables_job(tables: Sequence[TableKeys]) -> JobDefinition:
@@ -54,7 +59,8 @@ def merge_tables_job(tables: Sequence[TableKeys]) -> JobDefinition:
             if left <= 0:
                 context.log.info(f"{keys.table.name}: left for the next round, the run's time is spent")
                 return None
-            failure = failed_step(merge_round(context, memwal, keys, None, max_seconds=left))
+            versions = config.manifest_versions.get(keys.table.name)
+            failure = failed_step(merge_round(context, memwal, keys, None, left, versions))
             return f"{keys.table.name}: {failure.description}" if failure is not None else None
 
         with ThreadPoolExecutor(TABLES_AT_ONCE) as pool:

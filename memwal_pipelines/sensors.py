@@ -75,7 +75,7 @@ from memwal_core.services.backoff import Backoff, Clock, probed
 from memwal_core.services.catchup import index_state
 from memwal_core.services.compact import plan_compaction
 from memwal_core.services.status import status_since
-from memwal_pipelines.assets import region_observation, status_materialization
+from memwal_pipelines.assets import merge_round_config, region_observation, status_materialization
 from memwal_pipelines.freshness import freshness_due, probe_backoff, record_complete_as_of
 from memwal_pipelines.jobs import TableJobs
 from memwal_pipelines.keys import TableKeys
@@ -160,8 +160,9 @@ def merge_round_request(
     *,
     now: float,
     again_after: float,
+    run_config: Mapping[str, Any] | None = None,
 ) -> list[RunRequest]:
-    """One run covering every region partition, if any region has pending generations.
+    """One run covering every region partition, if any region has pending generations (with `run_config`).
 
     Its run key names the backlog (each region's merged and latest pending generation): Dagster
     starts no second run for a key it has seen, so the same backlog never starts two rounds, while a
@@ -179,6 +180,7 @@ def merge_round_request(
         RunRequest(
             run_key=f"{table}:merge:{_digest(pending)}" + (f":{asked}" if asked else ""),
             tags={PARTITION_RANGE_START: partitions[0], PARTITION_RANGE_END: partitions[-1]},
+            run_config=run_config or {},
         )
     ]
 
@@ -241,6 +243,8 @@ class FlushedTick:
     new_regions: list[str]
     round: RunRequest | None
     cursor: FlushedCursor
+    # The manifest version this tick knows of each region with pending generations: where the round reads it.
+    manifest_versions: dict[str, int] = field(default_factory=dict)
 
 
 def flushed_tick(
@@ -284,6 +288,7 @@ def flushed_tick(
     if freshness_due(table, complete_as_of, found.complete_as_of, cursor.merged_moved(found.regions)):
         complete_as_of = found.complete_as_of
         record_complete_as_of(context.instance, keys, complete_as_of, found.pending_total)
+    versions = {r: version for r, (version, backlog) in read.watched.seen.items() if backlog.pending}
     rounds = (
         []
         if queued
@@ -293,6 +298,7 @@ def flushed_tick(
             found.regions,
             now=found.read_at,
             again_after=table.max_pending_age_seconds,
+            run_config=merge_round_config(keys, versions),
         )
     )
     return FlushedTick(
@@ -305,14 +311,20 @@ def flushed_tick(
             watched=read.watched,
             complete_as_of=complete_as_of,
         ),
+        versions,
     )
 
 
-def shared_rounds(rounds: Mapping[str, RunRequest], jobs: Mapping[str, TableJobs]) -> list[RunRequest]:
-    """The rounds as runs: each table's own, or, from BATCH_FROM tables at once, shared ones."""
+def shared_rounds(
+    rounds: Mapping[str, RunRequest], jobs: Mapping[str, TableJobs], versions: Mapping[str, Mapping[str, int]]
+) -> list[RunRequest]:
+    """The rounds as runs: each table's own, or, from BATCH_FROM tables at once, shared ones, given the
+    manifest versions each table's tick read (`versions`, by table)."""
     if len(rounds) < BATCH_FROM:
         return [
-            RunRequest(job_name=jobs[name].merge.name, run_key=r.run_key, tags=r.tags)
+            RunRequest(
+                job_name=jobs[name].merge.name, run_key=r.run_key, tags=r.tags, run_config=r.run_config
+            )
             for name, r in rounds.items()
         ]
     names = sorted(rounds)
@@ -325,7 +337,7 @@ def shared_rounds(rounds: Mapping[str, RunRequest], jobs: Mapping[str, TableJobs
                 job_name=MERGE_TABLES_JOB,
                 run_key=f"memwal:merge:{_digest([rounds[n].run_key or n for n in batch])}",
                 tags={TABLES_TAG: ",".join(batch)},
-                run_config=merge_tables_config(batch),
+                run_config=merge_tables_config(batch, versions),
             )
         )
     return runs
@@ -348,6 +360,7 @@ def location_sensors(
         events: list[AssetObservation | AssetMaterialization] = []
         partitions = []
         rounds: dict[str, RunRequest] = {}
+        versions: dict[str, dict[str, int]] = {}
 
         def read(keys: TableKeys, text: str | None) -> str:
             found = flushed_tick(context, keys, text, keys.table.name in queued)
@@ -356,11 +369,12 @@ def location_sensors(
                 partitions.append(keys.regions.build_add_request(found.new_regions))
             if found.round is not None:
                 rounds[keys.table.name] = found.round
+                versions[keys.table.name] = found.manifest_versions
             return found.cursor.dump()
 
         cursor = each_table(context, tables, read)
         return SensorResult(
-            run_requests=shared_rounds(rounds, jobs),
+            run_requests=shared_rounds(rounds, jobs, versions),
             dynamic_partitions_requests=partitions,
             asset_events=events,
             cursor=cursor,

@@ -679,6 +679,13 @@ def test_one_sensor_for_every_table_shares_runs_when_many_flush_at_once(tmp_path
     for request in result.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys or []))
 
+    # Each table's round starts reading its regions from the manifest versions the tick read.
+    versions = [
+        request.run_config["ops"]["merge_tables"]["config"]["manifest_versions"] for request in shared
+    ]
+    assert [sorted(v) for v in versions] == [["t0", "t1", "t2"], ["t3"]]
+    assert all(len(regions) == 2 and min(regions.values()) >= 1 for v in versions for regions in v.values())
+
     merged = set()
     for request in shared:
         run = definitions.resolve_job_def("memwal_merge_tables").execute_in_process(
@@ -699,3 +706,12 @@ def test_one_sensor_for_every_table_shares_runs_when_many_flush_at_once(tmp_path
         again = definitions.resolve_sensor_def(FLUSHED_SENSOR)(context)
     assert isinstance(again, SensorResult)
     assert sorted(r.job_name for r in again.run_requests or []) == ["t0_merge", "t1_merge"]
+    for added in again.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(added.partitions_def_name, list(added.partition_keys or []))
+    for request in again.run_requests or []:
+        run = definitions.resolve_job_def(request.job_name).execute_in_process(
+            instance=instance, run_config=request.run_config, tags=request.tags
+        )
+        assert run.success
+    for table in list(tables.values())[:2]:
+        table.assert_merged()

@@ -180,6 +180,39 @@ def test_a_stale_snapshot_costs_at_most_twice_a_fresh_one(seaweed: Any, proxy: L
     assert {r.region: r.manifest_version for r in found.regions} == listed
 
 
+def test_a_merge_round_reads_each_region_from_the_version_its_sensor_saw(
+    seaweed: Any, proxy: LatencyProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a writer the region snapshot is minutes old: every flush and claim writes manifest
+    versions after it, and a round reading from the snapshot paid the version hint and one more HEAD
+    per region. The sensor's round carries the version it just read of each pending region, and the
+    round starts there: a HEAD and the manifest, as with a fresh snapshot. A version that is no
+    longer right (too new: a table made again) still plans what is stored."""
+    uri, regions = wide_table(seaweed.storage_options())
+    options = proxy.storage_options(seaweed.storage_options())
+    monkeypatch.setenv("WIDTH_TEST_OPTIONS", json.dumps(options))
+    with MemWalTable.open(uri, StorageOptions(seaweed.storage_options())) as table:
+        build_snapshot(table)
+        add_manifest_versions(table, 3)
+        latest = {r: max(table.region_store(r).stored_versions()) for r in regions}
+    (request,) = tick(uri, options, DagsterInstance.ephemeral(), None).run_requests or []
+    assert request.run_config == {"ops": {"wide__base_table": {"config": {"manifest_versions": latest}}}}
+
+    def planned(result: Any) -> dict[str, tuple[int, ...]]:
+        return {p.region: tuple(g.generation for g in p.generations) for p in result.plan.regions}
+
+    stale, from_snapshot = counted(proxy, uri, options, regions, lambda t: merge(t, dry_run=True))
+    seen, from_sensor = counted(
+        proxy, uri, options, regions, lambda t: merge(t, dry_run=True, manifest_versions=latest)
+    )
+    assert (stale, seen) == (4, 2), f"planning from the snapshot {stale}, from the sensor's versions {seen}"
+    assert planned(from_sensor) == planned(from_snapshot) == {r: (1,) for r in regions}
+    wrong = {r: v + 100 for r, v in latest.items()}
+    with MemWalTable.open(uri, StorageOptions(options)) as table:
+        merged = merge(table, manifest_versions=wrong)
+    assert not merged.failures and merged.generations_merged == REGIONS
+
+
 def test_a_stale_hint_never_gives_a_wrong_answer(seaweed: Any, proxy: LatencyProxy) -> None:
     options = seaweed.storage_options()
     uri, regions = wide_table(options)

@@ -13,7 +13,7 @@ generation's own Lance manifest and the size of its data files.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,7 +22,7 @@ from memwal_core.format.naming import MEM_WAL_DIR
 from memwal_core.format.regions import RegionManifest
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.result import Failure, to_jsonable
-from memwal_core.services.snapshot.stored import regions_and_hints
+from memwal_core.services.snapshot.stored import newest_hints, regions_and_hints
 from memwal_core.storage.lance_datasets import open_dataset
 from memwal_core.storage.object_store import absolute_uri
 
@@ -154,8 +154,14 @@ def plan_merge(
     *,
     regions: Iterable[str] | None = None,
     max_generations: int | None = None,
+    manifest_versions: Mapping[str, int] | None = None,
 ) -> MergePlan:
-    """Plan the merge of every pending generation (or of the named regions only)."""
+    """Plan the merge of every pending generation (or of the named regions only).
+
+    `manifest_versions`: per region, a manifest version a poller read just before (newer than the
+    region snapshot's under a writer): each region is read from the newer of the two, verified with
+    one HEAD of the next version, so a region its poller saw current costs that HEAD and its read.
+    """
     if max_generations is not None and max_generations < 1:
         raise BadInputError(f"--max-generations must be at least 1, not {max_generations}")
     version = table.latest_version()
@@ -164,6 +170,7 @@ def plan_merge(
     if not primary_key:
         raise CorruptMetadataError(f"table {table.uri} has no primary key; merges need one")
     ids, hints = regions_and_hints(table, details)
+    hints = newest_hints(hints, manifest_versions or {})
     if regions is not None:
         known = set(ids)
         ids = sorted(set(regions))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -73,6 +73,7 @@ def merge(
     commit_form: str = AUTO,
     progress: Progress | None = None,
     max_seconds: Seconds | None = None,
+    manifest_versions: Mapping[str, int] | None = None,
 ) -> MergeResult:
     """Merge pending generations of every region (or the named ones) in one round of batches.
 
@@ -81,7 +82,8 @@ def merge(
     `commit_form` forces how batches commit (see `commit.py`; default: chosen per commit);
     `engine` runs the collapse (default: `LocalEngine()`, threads of this process); it chooses by the
     round's backlog (`Engine.for_round`), so `SparkWhereItPays` keeps a small round in this process;
-    `max_seconds` ends the round after the batch that outlasts it (the regions not
+    `manifest_versions`: per region, a manifest version a poller just read (where reading the
+    region starts: `plan_merge`); `max_seconds` ends the round after the batch that outlasts it (the regions not
     reached are `deferred_regions`, left for the next round), so an orchestrator can
     bound how long a healthy round runs.
 
@@ -101,7 +103,9 @@ def merge(
     # A round with work first checks the details lease every commit takes: beside the plan.
     check = (lambda: None) if dry_run else partial(check_details_lease, table.store, ttl=lease_ttl)
     with side_call(check) as details_lease:
-        plan = plan_merge(table, regions=regions, max_generations=max_generations)
+        plan = plan_merge(
+            table, regions=regions, max_generations=max_generations, manifest_versions=manifest_versions
+        )
     engine, engine_reason = engine.for_round(
         sum(p.rows for p in plan.regions), sum(p.bytes for p in plan.regions)
     )

@@ -8,7 +8,7 @@ so we find that commit by walking back while the snapshot stays the same.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -112,6 +112,16 @@ def regions_and_hints(
     with side_call(lambda: snapshot_hints(table, details)) as hints:
         ids = list(regions) if regions is not None else table.region_ids()
     return ids, hints.result()
+
+
+def newest_hints(*sources: Mapping[str, int]) -> dict[str, int]:
+    """Per region, the newest manifest version any of `sources` names: versions only grow, so the
+    newest is the closest to the latest (each is a hint all the same: the read verifies it)."""
+    hints: dict[str, int] = {}
+    for source in sources:
+        for region, version in source.items():
+            hints[region] = max(version, hints.get(region, version))
+    return hints
 
 
 def read_hinted(
