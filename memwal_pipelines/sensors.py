@@ -16,7 +16,8 @@ region they merged), records the `{table}/status` asset from the same read
 stored with every event), stamps the base table with its completion time for
 the FreshnessPolicy (freshness.py), and requests ONE merge round for the table:
 a run of `{table}_merge` over every region partition, which merges all regions
-with work in a few commits. When rounds are due for BATCH_FROM tables or more at
+with work in a few commits, starting to read each from the manifest version this tick read
+(`MergeRoundConfig`). When rounds are due for BATCH_FROM tables or more at
 once, they go in shared runs of `memwal_merge_tables` (as many as run at once, SHARED_RUNS):
 each run is a process that takes seconds of CPU to start, and one per table
 starved every table when all of them flushed at once.
