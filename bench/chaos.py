@@ -104,6 +104,25 @@ FAULTS = (
     "schema_rename",
     "clock_step",
 )
+# The parts each kind of fault acts on (the units of docs/deploy/ and SeaweedFS, "storage"): while the
+# bench's own fault holds a part, the supervisor leaves it alone, and the other way round.
+FAULT_PARTS: dict[str, tuple[str, ...]] = {
+    "daemon_tree": ("daemon",),
+    "daemon": ("daemon",),
+    "code_server": ("code_server",),
+    "code_server_tree": ("code_server",),
+    "code_server_stop": ("code_server",),
+    "webserver": ("webserver",),
+    "connect": ("connect",),
+    "postgres": ("postgres",),
+    "exporter": ("exporter",),
+    "prometheus": ("prometheus",),
+    "storage": ("storage",),
+    "clock_step": ("daemon", "code_server"),
+}
+# How often the supervisor looks for a part that died other than by the bench's faults (a kill by hand).
+SUPERVISE_SECONDS = 1.0
+BY_HAND = "died, not by the bench: restarted as its unit would"
 # The scheduled jobs and their compressed crons (every 15 minutes to daily by default): each runs many
 # times in an hour, and with three tables they leave the run queue room for the merges on two cores.
 CRONS = {
@@ -216,6 +235,15 @@ class Fault:
     recovered: float | None = None
     ended: float | None = None
     detail: str = ""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One part as its systemd unit knows it: its main process while it runs, and how it starts again."""
+
+    pid: Callable[[], int | None]
+    start: Callable[[], None]
+    ready: Callable[[], None] = lambda: None
 
 
 @dataclass
@@ -363,7 +391,11 @@ class Chaos(Soak):
         self.skipped: dict[str, str] = {}
         self.faketime = next(iter(sorted(glob.glob(FAKETIME_LIBRARY))), None)
         self.stopping = threading.Event()
+        self.supervised = threading.Event()  # set when the supervisor is to stop (settle, teardown)
+        self._supervisor: threading.Thread | None = None
         self.lock = threading.Lock()
+        self._busy: set[str] = set()  # the parts a fault or the supervisor is acting on
+        self._parts_free = threading.Condition()
         self.settled: dict[str, Any] = {}
         self.runs: dict[str, Any] = {}
         self.began = 0.0
@@ -477,6 +509,7 @@ class Chaos(Soak):
 
     def teardown(self) -> None:
         self.stopping.set()
+        self._stop_supervising()
         self.stack.close()
         super().teardown()
 
@@ -490,6 +523,8 @@ class Chaos(Soak):
             threading.Thread(target=self._monitor, name="chaos-monitor", daemon=True),
             threading.Thread(target=self._runs, name="chaos-runs", daemon=True),
         ]
+        self._supervisor = threading.Thread(target=self._supervise, name="chaos-supervisor", daemon=True)
+        self._supervisor.start()
         for monitor in monitors:
             monitor.start()
         faults = threading.Thread(target=self._faults, name="chaos-faults", daemon=True)
@@ -552,11 +587,15 @@ class Chaos(Soak):
             fault = Fault(kind, time.time())
             with self.lock:
                 self.faults.append(fault)
+            parts = FAULT_PARTS.get(kind, ())
+            self._hold(parts)
             try:
                 fault.detail = getattr(self, f"_fault_{kind}")(fault)
             except Exception as exc:
                 fault.detail = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
                 self._violation("deployment", "fault_not_recovered", f"{kind}: {fault.detail}")
+            finally:
+                self._release(parts)
             fault.ended = time.time()
             print(
                 f"chaos: {kind} at +{fault.started - self.began:.0f} s ({fault.ended - fault.started:.0f} s): "
@@ -582,6 +621,92 @@ class Chaos(Soak):
                 if attempt == RESTART_TRIES - 1:
                     raise
         fault.recovered = time.time()
+
+    def _hold(self, parts: Sequence[str], *, wait: bool = True) -> bool:
+        """Take `parts` for one actor (a fault, or the supervisor restarting one), waiting while another
+        holds any of them; without `wait`, False instead of waiting."""
+        with self._parts_free:
+            if wait:
+                self._parts_free.wait_for(lambda: not self._busy.intersection(parts))
+            elif self._busy.intersection(parts):
+                return False
+            self._busy.update(parts)
+            return True
+
+    def _release(self, parts: Sequence[str]) -> None:
+        with self._parts_free:
+            self._busy.difference_update(parts)
+            self._parts_free.notify_all()
+
+    def _units(self) -> dict[str, Unit]:
+        """The parts the supervisor keeps running, by the fault kind a death of each counts as."""
+
+        def dagster(name: str, ready: Callable[[], None] = lambda: None) -> Unit:
+            return Unit(
+                lambda: self.deployment.pids[name] if self.deployment.alive(name) else None,
+                lambda: self.deployment.restart_process(name),
+                ready,
+            )
+
+        units = {
+            "daemon": dagster("daemon"),
+            "code_server": dagster("code_server", self._code_server_ready),
+            "webserver": dagster("webserver", self._webserver_ready),
+            "postgres": Unit(lambda: self.postgres.live_pid, self.postgres.restart),
+            "exporter": Unit(lambda: self.exporter.live_pid, self.exporter.restart),
+            "prometheus": Unit(lambda: self.prometheus.live_pid, self.prometheus.restart),
+            "storage": Unit(lambda: self.server.live_pid, self.server.restart),
+        }
+        if (server := self.connect) is not None:
+            units["connect"] = Unit(lambda: server.pid, self._start_connect)
+        return units
+
+    def _supervise(self) -> None:
+        """Restart=always, as each part's unit has it: a part whose main process died other than by the
+        bench's own faults (a kill by hand during the run) is started again (`_look_after`). The parts'
+        PIDs are kept in `parts.json` in the run's folder, for whoever injects faults by hand."""
+        units = self._units()
+        rests: dict[str, list[tuple[int, str]]] = {}
+        listed: dict[str, int | None] = {}
+        while not self.supervised.wait(SUPERVISE_SECONDS):
+            for name, unit in units.items():
+                if not self._hold([name], wait=False):
+                    rests.pop(name, None)  # a fault acts on it: what ran below it may be gone
+                    continue
+                try:
+                    self._look_after(name, unit, rests)
+                finally:
+                    self._release([name])
+            if (now_listed := {name: unit.pid() for name, unit in units.items()}) != listed:
+                listed = now_listed
+                (self.workdir / "parts.json").write_text(json.dumps(listed, indent=1))
+
+    def _stop_supervising(self) -> None:
+        """End the supervisor once a restart it began is done."""
+        self.supervised.set()
+        if self._supervisor is not None:
+            self._supervisor.join()
+
+    def _look_after(self, name: str, unit: Unit, rests: dict[str, list[tuple[int, str]]]) -> None:
+        """Note what runs below a live part (`rests`: PIDs and start times); a dead one's rest of the unit
+        is ended (SIGTERM, then SIGKILL) and the part started again, as a fault of its kind."""
+        from tests.support.service import descendants, end_unit
+        from tests.support.watchdog import started
+
+        if (pid := unit.pid()) is not None:
+            rests[name] = [(p, started(p)) for p in descendants(pid)]
+            return
+        fault = Fault(name, time.time(), detail=BY_HAND)
+        with self.lock:
+            self.faults.append(fault)
+        print(f"chaos: {name} died at +{fault.started - self.began:.0f} s, not by the bench", flush=True)
+        end_unit([p for p, at in rests.pop(name, []) if started(p) == at])
+        try:
+            self._restart(fault, unit.start, unit.ready)
+        except Exception as exc:
+            fault.detail = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+            self._violation("deployment", "fault_not_recovered", f"{name} ({BY_HAND}): {fault.detail}")
+        fault.ended = time.time()
 
     @staticmethod
     def _wait(what: str, probe: Callable[[], bool], timeout: float = 300.0) -> None:
@@ -612,17 +737,20 @@ class Chaos(Soak):
         self._restart(fault, lambda: self.deployment.restart_process("code_server"), self._code_server_ready)
         return f"{len(killed) - 1} run workers below it SIGTERMed"
 
-    def _fault_webserver(self, fault: Fault) -> str:
+    def _webserver_ready(self) -> None:
         from tests.support.dagster import location_loaded
 
+        self._wait("the webserver loads the location", lambda: location_loaded(self.deployment.url))
+
+    def _start_connect(self) -> None:
+        from tests.support.connect import TEST_CONF, TEST_MASTER
+
+        assert self.connect is not None
+        self.connect.start(master=TEST_MASTER, conf=TEST_CONF, warm=False)
+
+    def _fault_webserver(self, fault: Fault) -> str:
         self.deployment.crash_process("webserver")
-        self._restart(
-            fault,
-            lambda: self.deployment.restart_process("webserver"),
-            lambda: self._wait(
-                "the webserver loads the location", lambda: location_loaded(self.deployment.url)
-            ),
-        )
+        self._restart(fault, lambda: self.deployment.restart_process("webserver"), self._webserver_ready)
         return ""
 
     def _fault_run_worker(self, fault: Fault) -> str:
@@ -640,13 +768,12 @@ class Chaos(Soak):
         return f"worker {pid}"
 
     def _fault_connect(self, fault: Fault) -> str:
-        from tests.support.connect import TEST_CONF, TEST_MASTER
         from tests.support.service import crash
 
         server = self.connect
         assert server is not None  # the kind is drawn only with a Connect server
         killed = crash(pid) if (pid := server.pid) is not None else []
-        self._restart(fault, lambda: server.start(master=TEST_MASTER, conf=TEST_CONF, warm=False))
+        self._restart(fault, self._start_connect)
         return f"{len(killed)} processes (the JVM and its Python workers)"
 
     def _fault_postgres(self, fault: Fault) -> str:
@@ -936,6 +1063,7 @@ class Chaos(Soak):
             self._violation("deployment", "alert_not_cleared", f"still firing: {firing}")
         self._collect("started_at_end", self._started_runs)
         self.monitoring = False  # without the daemon, run monitoring bounds nothing any more
+        self._stop_supervising()  # from here on, parts stop because the bench stops them
         self.deployment.terminate_process("daemon")
         limit = time.monotonic() + 120
         while self._run_counts().get("STARTED") and time.monotonic() < limit:
@@ -1308,7 +1436,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         chaos.setup()
         print(
-            f"chaos: the deployment is up after {time.monotonic() - started:.0f} s; logs in {workdir}",
+            f"chaos: the deployment is up after {time.monotonic() - started:.0f} s; logs in {workdir}; "
+            f"its parts' PIDs in {workdir / 'parts.json'} (one killed by hand is restarted as its unit "
+            "would, and counts as a fault)",
             flush=True,
         )
         chaos.run()

@@ -144,6 +144,10 @@ class DagsterDeployment(LoopbackService):
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self._processes.items()}
 
+    def alive(self, name: str) -> bool:
+        """Whether the process `name` still runs (one that died is reaped here)."""
+        return self._processes[name].poll() is None
+
     def env(self) -> dict[str, str]:
         return {
             **os.environ,

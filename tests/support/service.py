@@ -152,6 +152,13 @@ def crash(pid: int, *, grace: float = 10.0) -> list[int]:
     rest = descendants(pid)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+    end_unit(rest, grace=grace)
+    return [pid, *rest]
+
+
+def end_unit(rest: Sequence[int], *, grace: float = 10.0) -> None:
+    """What systemd does to the rest of a unit whose main process died: SIGTERM to `rest`, SIGKILL to
+    those alive `grace` seconds later."""
     for member in rest:
         with contextlib.suppress(ProcessLookupError):
             os.kill(member, signal.SIGTERM)
@@ -161,7 +168,6 @@ def crash(pid: int, *, grace: float = 10.0) -> list[int]:
     for member in rest:
         with contextlib.suppress(ProcessLookupError):
             os.kill(member, signal.SIGKILL)
-    return [pid, *rest]
 
 
 def _alive(pid: int) -> bool:
@@ -323,6 +329,11 @@ class LoopbackService:
     def pid(self) -> int | None:
         """The main process's PID while it runs (the one a systemd unit would name)."""
         raise NotImplementedError
+
+    @property
+    def live_pid(self) -> int | None:
+        """The main process's PID, None once it died (a crash, a kill by hand)."""
+        return self.pid if self._running() else None
 
     def crash(self) -> None:
         """kill -9 of the main process, as its unit sees a crash (`crash` above); its files and ports stay
