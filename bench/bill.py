@@ -472,8 +472,61 @@ def burst_lags(
 
         lone = burst(uris[-1:], args.regions, wait, options)[uris[-1]]
         print(f"lone table burst merged: p95 {p95(lone):.1f} s ({load()})", flush=True)
-        every = burst(uris, args.regions, wait, options, args.burst_writers)
+        flushed_at: dict[str, float] = {}
+        began = time.time()
+        every = burst(uris, args.regions, wait, options, args.burst_writers, flushed_at)
+        report_burst_runs(instance, {u: f"t{i}" for i, u in enumerate(uris)}, flushed_at, began)
     return lone, every
+
+
+def report_burst_runs(
+    instance: Any, names: dict[str, str], flushed_at: dict[str, float], since: float
+) -> None:
+    """Where the burst's time went, from the merge runs created since `since`: per table, from its flush
+    to the first run covering it being created (the sensor) and to the last one ending, and the time
+    those runs waited in the queue and ran (their process's start and the rounds); the runs and tables
+    per run."""
+    from dagster import RunsFilter
+
+    from memwal_pipelines.merge_tables import MERGE_TABLES_JOB, TABLES_TAG
+
+    covering: dict[str, list[Any]] = {}
+    runs = 0
+    for record in instance.get_run_records(RunsFilter()):
+        run = record.dagster_run
+        if (
+            record.create_timestamp.timestamp() < since
+            or record.start_time is None
+            or record.end_time is None
+        ):
+            continue
+        if run.job_name == MERGE_TABLES_JOB:
+            tables = run.tags.get(TABLES_TAG, "").split(",")
+        elif run.job_name.endswith("_merge"):
+            tables = [run.job_name.removesuffix("_merge")]
+        else:
+            continue
+        runs += 1
+        for name in tables:
+            covering.setdefault(name, []).append(record)
+    phases: dict[str, list[float]] = {"first run created": [], "last run ended": [], "queued": [], "ran": []}
+    for uri, name in names.items():
+        records = covering.get(name, [])
+        if not records:
+            continue
+        phases["first run created"].append(
+            min(r.create_timestamp.timestamp() for r in records) - flushed_at[uri]
+        )
+        phases["last run ended"].append(max(r.end_time for r in records) - flushed_at[uri])
+        phases["queued"].append(sum(r.start_time - r.create_timestamp.timestamp() for r in records))
+        phases["ran"].append(sum(r.end_time - r.start_time for r in records))
+    print(
+        f"burst merge runs: {runs}, {sum(map(len, covering.values())) / max(runs, 1):.1f} tables a run; per table, "
+        "median / p95 s (its first run created and last one ended: after its flush; queued and ran: over its "
+        "runs): "
+        + "; ".join(f"{k} {statistics.median(v):.1f} / {p95(v):.1f}" for k, v in phases.items() if v),
+        flush=True,
+    )
 
 
 def report_idle(idle: Idle) -> None:

@@ -233,13 +233,16 @@ def burst(
     wait: Callable[[list[str]], None],
     options: Mapping[str, str] | None = None,
     writers: int | None = None,
+    flushed_at: dict[str, float] | None = None,
 ) -> dict[str, list[float]]:
     """Flush one generation into every region of `tables` at once (at most `writers` tables written at
     a time: each writer opens one of Lance's native writers per region); each table's lags once merged,
-    from its own flush."""
+    from its own flush (the time its writer ended, also put in `flushed_at` by table)."""
     with ThreadPoolExecutor(writers or len(tables)) as pool:
         ends = pool.map(lambda t: write_round(str(t), regions, "burst", options), tables)
         flushes = dict(zip(map(str, tables), ends, strict=True))
+    if flushed_at is not None:
+        flushed_at.update(flushes)
     targets = {str(t): flushed(str(t), options) for t in tables}
     wait([str(t) for t in tables])
     lags: dict[str, list[float]] = {}
