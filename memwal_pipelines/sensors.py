@@ -34,7 +34,8 @@ the same backlog never starts a second run, while a new flush or a partial
 merge does; a backlog still pending `max_pending_age_seconds` after its oldest
 flush takes a new key each such period (its round failed, Dagster's retries
 too, and without a new flush nothing would ask again). No round is requested for a table while one of its merge runs is still
-queued: that run merges whatever is pending when it starts.
+queued: that run merges whatever is pending when it starts; and none for any table while a
+merge run waits for a run slot (`merge_queue`): the run asked for after it covers them all.
 
 `memwal_index_catchup` requests a table's catch-up run when a maintained index lags
 behind merged data, or an index was created or dropped since the MemWAL
@@ -60,8 +61,10 @@ from typing import Any
 from dagster import (
     AssetMaterialization,
     AssetObservation,
+    DagsterRun,
     DagsterRunStatus,
     JobDefinition,
+    RunRecord,
     RunRequest,
     RunsFilter,
     SensorDefinition,
@@ -196,6 +199,9 @@ SHARED_RUNS = 4
 TABLES_PER_RUN = 16
 QUEUED = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED]
 UNFINISHED = [*QUEUED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
+# How long a merge run waiting for a run slot holds new rounds back (`merge_queue`): a queue stuck
+# for longer (the daemon down, a slot held by a dead run) does not stop other tables' rounds.
+HOLD_SECONDS = 60.0
 
 
 def table_cursors(text: str | None) -> dict[str, str]:
@@ -225,15 +231,47 @@ def each_table(
     return json.dumps(cursors)
 
 
-def queued_merges(context: SensorEvaluationContext) -> set[str]:
-    """The tables with a merge round queued: their own merge run, or a shared one naming them."""
+def merged_tables(run: DagsterRun) -> list[str]:
+    """The tables a merge run covers: its own table, or those a shared one names (none for other jobs)."""
+    if run.job_name == MERGE_TABLES_JOB:
+        return run.tags.get(TABLES_TAG, "").split(",")
+    if run.job_name.endswith("_merge"):
+        return [run.job_name.removesuffix("_merge")]
+    return []
+
+
+@dataclass(frozen=True)
+class MergeQueue:
+    """The merge runs not started yet: the tables with a round queued, and whether one of those runs
+    waits for a run slot (`held`: the tick's new rounds are held back, see `merge_queue`)."""
+
+    queued: set[str]
+    held: bool
+
+
+def merge_queue(records: Sequence[RunRecord], now: float) -> MergeQueue:
+    """What the unfinished runs (`records`) say of the merge queue at `now`.
+
+    A merge run waiting for one of the instance's run slots, for less than HOLD_SECONDS, holds the
+    tick's new rounds back: they would wait behind it anyway, and held, the run asked for once it has
+    started covers every table that flushed meanwhile (when all tables burst, one process for many
+    instead of one each, each taking seconds of CPU to start). A table's own merge run waiting for its
+    table's round in flight (its pool's one slot) holds nothing back.
+    """
+    started = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
+    running = {t for r in records if r.dagster_run.status in started for t in merged_tables(r.dagster_run)}
     queued: set[str] = set()
-    for run in context.instance.get_runs(RunsFilter(statuses=QUEUED)):
-        if run.job_name == MERGE_TABLES_JOB:
-            queued.update(run.tags.get(TABLES_TAG, "").split(","))
-        elif run.job_name.endswith("_merge"):
-            queued.add(run.job_name.removesuffix("_merge"))
-    return queued
+    held = False
+    for record in records:
+        run = record.dagster_run
+        tables = merged_tables(run)
+        if run.status not in QUEUED or not tables:
+            continue
+        queued.update(tables)
+        behind_own_round = run.job_name != MERGE_TABLES_JOB and running.intersection(tables)
+        if not behind_own_round and now - record.create_timestamp.timestamp() < HOLD_SECONDS:
+            held = True
+    return MergeQueue(queued, held)
 
 
 @dataclass
@@ -357,14 +395,14 @@ def location_sensors(
         description="New regions become partitions; new flushed generations start one merge round per table.",
     )
     def flushed_generations(context: SensorEvaluationContext) -> SensorResult:
-        queued = queued_merges(context)
+        queue = merge_queue(context.instance.get_run_records(RunsFilter(statuses=UNFINISHED)), time.time())
         events: list[AssetObservation | AssetMaterialization] = []
         partitions = []
         rounds: dict[str, RunRequest] = {}
         versions: dict[str, dict[str, int]] = {}
 
         def read(keys: TableKeys, text: str | None) -> str:
-            found = flushed_tick(context, keys, text, keys.table.name in queued)
+            found = flushed_tick(context, keys, text, keys.table.name in queue.queued)
             events.extend(found.events)
             if found.new_regions:
                 partitions.append(keys.regions.build_add_request(found.new_regions))
@@ -375,7 +413,7 @@ def location_sensors(
 
         cursor = each_table(context, tables, read)
         return SensorResult(
-            run_requests=shared_rounds(rounds, jobs, versions),
+            run_requests=[] if queue.held else shared_rounds(rounds, jobs, versions),
             dynamic_partitions_requests=partitions,
             asset_events=events,
             cursor=cursor,

@@ -661,6 +661,33 @@ def test_ingest_job_refuses_bad_config_in_one_line(
     assert message in str(failure.event_specific_data)
 
 
+def test_a_merge_run_waiting_for_a_slot_holds_new_rounds_back_for_one_run_later(tmp_path: Path) -> None:
+    """While a merge run waits for a run slot, a tick asks for no round (each would wait behind it);
+    once that run has started, the next tick's run covers every table that flushed meanwhile."""
+    tables = {f"t{i}": keyed_backlog_table(tmp_path / f"t{i}")[0] for i in range(3)}
+    definitions = build_definitions(
+        [TableConfig(name=n, uri=t.uri, merge_engine="local") for n, t in tables.items()]
+    )
+    instance = DagsterInstance.ephemeral()
+    # NOT_STARTED stands for QUEUED (which Dagster makes only for a run from a code location).
+    waiting = create_run_for_test(instance, job_name="t0_merge", status=DagsterRunStatus.NOT_STARTED)
+
+    def tick(cursor: str | None) -> SensorResult:
+        with build_sensor_context(
+            instance=instance, cursor=cursor, resources=definitions.resources
+        ) as context:
+            result = definitions.resolve_sensor_def(FLUSHED_SENSOR)(context)
+        assert isinstance(result, SensorResult)
+        return result
+
+    held = tick(None)
+    assert not held.run_requests, "t1 and t2 wait for t0's queued run to start"
+    instance.delete_run(waiting.run_id)  # it started: STARTED in its place
+    create_run_for_test(instance, job_name="t0_merge", status=DagsterRunStatus.STARTED)
+    (shared,) = tick(held.cursor).run_requests or []
+    assert set(shared.tags["memwal/tables"].split(",")) >= {"t1", "t2"}, "one run for the tables held back"
+
+
 def test_one_sensor_for_every_table_shares_runs_when_many_flush_at_once(tmp_path: Path) -> None:
     """The location's sensor: per-table rounds for a few tables, shared runs for many, a broken table skipped."""
     tables = {f"t{i}": keyed_backlog_table(tmp_path / f"t{i}")[0] for i in range(4)}
