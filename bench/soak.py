@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -64,7 +64,7 @@ sys.path.insert(0, str(ROOT))
 from bench.soak_child import HOLD_FILE, OPTIONS_ENV, SCHEMA, WriterPlan, reclaim, stall_keys  # noqa: E402
 from bench.soak_model import SEQ_STRIDE, Mismatch, WriterLog, base_rows, compare, parse_log  # noqa: E402
 from bench.soak_proxy import FaultProxy, FaultRates  # noqa: E402
-from memwal_core.errors import MemWalNotEnabledError, NotFoundError  # noqa: E402
+from memwal_core.errors import MemWalNotEnabledError, NotFoundError, StorageError  # noqa: E402
 from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, generation_from_dir_name  # noqa: E402
 from memwal_core.model.region_directory import region_id_for  # noqa: E402
 from memwal_core.model.routing import RegionSpec, region_spec_of  # noqa: E402
@@ -548,6 +548,24 @@ class Target:
         return out
 
 
+T = TypeVar("T")
+# How long a quiescent check waits for storage it cannot reach (chaos's outages last up to 2 minutes).
+UNREACHABLE_WAIT = 300.0
+UNREACHABLE_RETRY_SECONDS = 5.0
+
+
+def when_reachable(read: Callable[[], T], deadline: float, pause: float = UNREACHABLE_RETRY_SECONDS) -> T:
+    """`read()`, tried again every `pause` seconds while it fails because storage cannot be reached (an
+    outage says nothing of the data), until `deadline` (monotonic): then its StorageError propagates."""
+    while True:
+        try:
+            return read()
+        except StorageError:
+            if time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)
+
+
 def lsm_rows(table: MemWalTable) -> tuple[int, dict[int, str]]:
     """The MemWAL-aware read of the latest version: key -> value."""
     from memwal_core.services.reader import lsm_scanner, plan_read
@@ -814,7 +832,13 @@ class Soak:
             for attempt in range(3):
                 started = time.monotonic()
                 try:
-                    version, actual = lsm_rows(target.table)
+                    read = when_reachable(lambda: lsm_rows(target.table), time.monotonic() + UNREACHABLE_WAIT)
+                except StorageError as exc:
+                    target.auditor.stats.inconclusive_reads += 1
+                    self.note(
+                        f"{target.name}: check skipped, storage unreachable for {UNREACHABLE_WAIT:.0f} s: {exc}"
+                    )
+                    return
                 except Exception as exc:
                     # A generation merged and deleted under a read slower than the grace period.
                     if time.monotonic() - started < self.config.grace_seconds and attempt == 2:
@@ -822,6 +846,7 @@ class Soak:
                     target.auditor.stats.inconclusive_reads += 1
                     self.note(f"{target.name}: LSM read retried: {str(exc)[:200]}")
                     continue
+                version, actual = read
                 mismatches = compare(target.logs(), actual)
                 target.auditor.stats.quiescent_checks += 1
                 self.violations += target.mismatch_violations(mismatches, version, "lsm_read_differs")
