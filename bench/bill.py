@@ -488,23 +488,18 @@ def report_burst_runs(
     per run."""
     from dagster import RunsFilter
 
-    from memwal_pipelines.merge_tables import MERGE_TABLES_JOB, TABLES_TAG
+    from memwal_pipelines.sensors import merged_tables
 
     covering: dict[str, list[Any]] = {}
     runs = 0
     for record in instance.get_run_records(RunsFilter()):
-        run = record.dagster_run
+        tables = merged_tables(record.dagster_run)
         if (
-            record.create_timestamp.timestamp() < since
+            not tables
+            or record.create_timestamp.timestamp() < since
             or record.start_time is None
             or record.end_time is None
         ):
-            continue
-        if run.job_name == MERGE_TABLES_JOB:
-            tables = run.tags.get(TABLES_TAG, "").split(",")
-        elif run.job_name.endswith("_merge"):
-            tables = [run.job_name.removesuffix("_merge")]
-        else:
             continue
         runs += 1
         for name in tables:
