@@ -63,6 +63,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.soak_child import HOLD_FILE, OPTIONS_ENV, SCHEMA, WriterPlan, reclaim, stall_keys  # noqa: E402
 from bench.soak_model import SEQ_STRIDE, Mismatch, WriterLog, base_rows, compare, parse_log  # noqa: E402
+from bench.soak_pause import all_paused, end_pause, request_pause  # noqa: E402
 from bench.soak_proxy import FaultProxy, FaultRates  # noqa: E402
 from memwal_core.errors import MemWalNotEnabledError, NotFoundError, StorageError  # noqa: E402
 from memwal_core.format.naming import MEM_WAL_DIR, REGION_WAL_DIR, generation_from_dir_name  # noqa: E402
@@ -566,6 +567,19 @@ def when_reachable(read: Callable[[], T], deadline: float, pause: float = UNREAC
             time.sleep(pause)
 
 
+def keep_table(target: Target, version: int) -> Path:
+    """Copy `target`'s table, every object of it, beside its logs while the writers are still paused: the
+    evidence a failed check leaves (a server's data goes with the run)."""
+    store = target.table.store
+    kept = target.dir / f"table-at-v{version}"
+    for info in store.list_files("", recursive=True):
+        path = kept / info.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(NotFoundError):  # GC may delete meanwhile
+            path.write_bytes(store.read(info.path))
+    return kept
+
+
 def lsm_rows(table: MemWalTable) -> tuple[int, dict[int, str]]:
     """The MemWAL-aware read of the latest version: key -> value."""
     from memwal_core.services.reader import lsm_scanner, plan_read
@@ -778,14 +792,22 @@ class Soak:
                 os.kill(child.process.pid, signal.SIGCONT)
 
     def _pause_writers(self, target: Target, timeout: float = 45.0) -> bool:
-        """Make every writer of `target` flush and wait; False if one did not answer in time."""
+        """Make every writer of `target` flush and wait; False if one did not answer in time.
+
+        A stale process woken before the pause writes on (and may fence the
+        live writer) until it exits: it is waited for first, so that what it
+        acknowledged is flushed, or replayed by the live writer's re-claim,
+        before the writers flush (seed 11's three stale puts were missed).
+        """
         for child in target.writers():
             if not child.alive():
                 child.start()
-        (target.control / "pause").touch()
         deadline = time.monotonic() + timeout
+        token: str | None = None
         while time.monotonic() < deadline:
-            if all((target.control / f"paused-{i}").exists() for i in range(self.config.writers)):
+            if token is None and not any(c.retired and c.alive() for c in target.children):
+                token = request_pause(target.control)
+            if token is not None and all_paused(target.control, self.config.writers, token):
                 return True
             self._restart_due(target.writers(), time.monotonic())
             for audited in self.targets:  # retention must not remove versions unseen while we wait
@@ -850,9 +872,13 @@ class Soak:
                 mismatches = compare(target.logs(), actual)
                 target.auditor.stats.quiescent_checks += 1
                 self.violations += target.mismatch_violations(mismatches, version, "lsm_read_differs")
+                if mismatches:
+                    self.note(
+                        f"{target.name}: the table as the writers left it: {keep_table(target, version)}"
+                    )
                 return
         finally:
-            (target.control / "pause").unlink(missing_ok=True)
+            end_pause(target.control)
 
     # -- the end -----------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ SIGKILL at random moments and restarted by bench/soak.py; storage options
 (credentials) come from the environment, never the command line.
 
 Control files in `--control DIR`: `pause` asks writers to flush and wait
-(they answer with `paused-{writer}`), `stop` asks writers to close and exit
+(they answer with `paused-{writer}`: bench/soak_pause.py), `stop` asks writers to close and exit
 and service loops to exit after the run in progress, `stale-{pid}` tells a
 writer that was stopped (SIGSTOP) while a replacement took its regions over
 that it was: woken, it tries `STALE_WRITES` puts of its stall keys (keys
@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
+
+from bench.soak_pause import answer, pause_token, take_back
 
 if TYPE_CHECKING:
     from memwal_core.services.engine import Engine
@@ -161,6 +163,11 @@ class OpLog:
         self._file.write(text + "\n")
         self._file.flush()
 
+    def event(self, what: str) -> None:
+        """A moment in this process's life (`E time pid what`), to place a finding on a timeline; the
+        model reads only operations."""
+        self.line(f"E {time.time():.3f} {os.getpid()} {what}")
+
 
 def shaped(writer: Writer, rows: dict[str, list[Any]]) -> pa.Table:
     """A put's rows with the columns the writer's table has beyond the soak's own: a nullable column
@@ -207,19 +214,24 @@ def run_writer(args: argparse.Namespace) -> None:
     seq = args.seq_base or state.next_seq
     rng = random.Random(args.seed * 1_000_003 + seq)
     log = OpLog(log_path)
+    log.event(f"start{' fence-first' if args.fence_first else ''}")
     options = storage_options()
     if args.fence_first:
         # A replacement for a stalled process: take every region over (fencing it) before writing.
         reclaim(args.uri, options, plan.regions, args.memtable_rows)
     writer = _claim(args, options, plan.pin, control, plan.regions)
+    log.event("claimed")
     stale = control / f"stale-{os.getpid()}"
     while writer is not None and not (control / "stop").exists():
         if stale.exists():
+            log.event("stale")
             stale_writes(writer, log, args.writer, seq, stall_keys(plan.keys))
             _close_quietly(writer)
+            log.event("closed")
             return
-        if (control / "pause").exists():
-            writer = _pause(writer, args, options, plan, control, seq - 1)
+        token = pause_token(control)
+        if token is not None:
+            writer = _pause(writer, args, options, plan, control, (log, token, seq - 1))
             continue
         if victim is not None and seq >= args.sabotage_at and state.states[victim].acked is None:
             # Logged as acknowledged, never written: exactly what a lost acknowledged write looks like.
@@ -261,6 +273,7 @@ def run_writer(args: argparse.Namespace) -> None:
     if writer is None:
         sys.exit(3)  # stopped while the region could not be claimed
     writer.close()
+    log.event("closed")
 
 
 def stale_writes(writer: Writer, log: OpLog, writer_id: int, seq: int, keys: list[int]) -> None:
@@ -326,9 +339,10 @@ def _pause(
     options: dict[str, str],
     plan: WriterPlan,
     control: Path,
-    last_seq: int,
+    pause: tuple[OpLog, str, int],
 ) -> Writer | None:
-    """Flush every acknowledged write into a generation, report the last operation, wait for the pause to end.
+    """Flush every acknowledged write into a generation, answer the pause (its token, the last operation),
+    wait for it to end.
 
     This writer claimed every existing region when it opened (replaying what a
     killed predecessor acknowledged) and creates the others by routing, so
@@ -338,6 +352,7 @@ def _pause(
     """
     from memwal_core.errors import StorageError
 
+    log, token, last_seq = pause
     try:
         writer.flush()
     except Exception as exc:
@@ -350,11 +365,12 @@ def _pause(
             return writer
         _close_quietly(writer)
         return _claim(args, options, plan.pin, control, plan.regions)  # flush again on the next loop
-    marker = control / f"paused-{args.writer}"
-    marker.write_text(str(last_seq))
-    while (control / "pause").exists() and not (control / "stop").exists():
+    answer(control, args.writer, token, last_seq)
+    log.event(f"paused {token}")
+    while pause_token(control) == token and not (control / "stop").exists():
         time.sleep(0.05)
-    marker.unlink(missing_ok=True)
+    take_back(control, args.writer)
+    log.event("resumed")
     return writer
 
 
