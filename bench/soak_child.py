@@ -304,7 +304,7 @@ def _claim(
     resets connections). Claiming every region at once (not at its first write) means a writer
     stopped later holds all of them, so each can fence it.
 
-    None if asked to stop before that succeeded.
+    None if asked to stop before that succeeded, or if a failed attempt finds this process stale.
     """
     from memwal_core.model.table import MemWalTable
 
@@ -321,6 +321,10 @@ def _claim(
             if writer is not None:
                 _close_quietly(writer)
             print(f"writer {args.writer}: claim failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
+            if (control / f"stale-{os.getpid()}").exists():
+                # Woken after its replacement took over before it ever claimed: claiming on would
+                # fence the replacement, be fenced by its re-claim, and so on (seed 11: for minutes).
+                return None
             time.sleep(delay)
             delay = min(delay * 2, 3.0)
     return None

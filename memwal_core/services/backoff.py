@@ -15,6 +15,14 @@ thing is probed at its own phase of the bound-long window, so the probes of a
 table's quiet regions are spread over the ticks instead of falling on the same
 one: the first flush of a burst is met within a tick or two, and the poller
 then probes the whole table (`backlog_since`).
+
+Something that changes at a steady pace (a region under a steady writer
+flushes every minute or so) counts as idle for at least the gap between its
+last two changes: it is probed about four times per gap instead of every
+tick for the first 40 seconds after each change, and its next change is seen
+as soon as before (within a quarter of the gap). A gap longer than twice the
+bound (a region woken after a long quiet) does not count: the next flush of
+a burst is met within a tick.
 """
 
 from __future__ import annotations
@@ -27,24 +35,31 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Clock:
-    """When a poller last saw something change, and when it last probed it (seconds since the epoch)."""
+    """When a poller last saw something change, and when it last probed it (seconds since the epoch);
+    `gap`: seconds between the two changes it saw last (None: fewer than two seen)."""
 
     changed_at: float
     probed_at: float
+    gap: float | None = None
 
     def to_list(self) -> list[float]:
         """A compact JSON form (for a sensor's cursor)."""
-        return [self.changed_at, self.probed_at]
+        return [self.changed_at, self.probed_at, *([] if self.gap is None else [self.gap])]
 
     @classmethod
     def from_list(cls, data: Sequence[float]) -> Clock:
-        changed, probed = data
-        return cls(float(changed), float(probed))
+        """From `to_list`'s form (a cursor written before gaps were kept has two numbers)."""
+        changed, probed, *gap = data
+        return cls(float(changed), float(probed), float(gap[0]) if gap else None)
 
 
 def probed(clock: Clock | None, now: float, changed: bool) -> Clock:
     """The clock after a probe at `now`; something probed for the first time counts as just changed."""
-    return Clock(now if changed or clock is None else clock.changed_at, now)
+    if clock is None:
+        return Clock(now, now)
+    if changed:
+        return Clock(now, now, now - clock.changed_at)
+    return Clock(clock.changed_at, now, clock.gap)
 
 
 def probe_interval(idle: float, tick: float, bound: float) -> float:
@@ -71,7 +86,10 @@ class Backoff:
         if clock is None:
             return True
         gap = now - clock.probed_at
-        interval = probe_interval(now - clock.changed_at, self.tick, self.bound)
+        idle = now - clock.changed_at
+        if clock.gap is not None and clock.gap <= 2 * self.bound:
+            idle = max(idle, clock.gap)  # a steady pace: its next change is a gap away
+        interval = probe_interval(idle, self.tick, self.bound)
         if gap < 0 or interval < self.bound or not key or self.bound <= self.tick:
             return gap < 0 or gap >= interval - self.tick
         # Windows one tick shorter than the bound: ticks fall anywhere within a tick of a phase, so

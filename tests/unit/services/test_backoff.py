@@ -67,8 +67,35 @@ def test_every_read_probes_every_time_and_a_first_probe_counts_as_a_change() -> 
     assert all(EVERY_READ.due(Clock(0.0, HOUR), HOUR + t) for t in (0.0, 0.1, 1.0))
     assert probed(None, 7.0, changed=False) == Clock(7.0, 7.0)
     assert probed(Clock(1.0, 5.0), 9.0, changed=False) == Clock(1.0, 9.0)
-    assert probed(Clock(1.0, 5.0), 9.0, changed=True) == Clock(9.0, 9.0)
+    assert probed(Clock(1.0, 5.0), 9.0, changed=True) == Clock(9.0, 9.0, gap=8.0)
+    assert probed(Clock(9.0, 9.0, gap=8.0), 12.0, changed=False) == Clock(9.0, 12.0, gap=8.0)
     assert Clock.from_list(Clock(1.5, 2.5).to_list()) == Clock(1.5, 2.5)
+    assert Clock.from_list(Clock(1.5, 2.5, gap=60.0).to_list()) == Clock(1.5, 2.5, gap=60.0)
+    assert Clock.from_list([1.5, 2.5]) == Clock(1.5, 2.5), "a cursor written before gaps were kept"
+
+
+def test_something_changing_at_a_steady_pace_is_probed_about_four_times_per_change() -> None:
+    """A region under a steady writer flushes every minute: probed every tick for 40 s after each
+    flush, it cost 10 probes a minute (most of a busy table's watching); probed by the pace it keeps,
+    4 to 6, and each flush is still seen within a quarter of the pace."""
+    span = 30 * 60.0
+    flushes = [7.0 + 60.0 * n for n in range(int(span / 60))]
+    probes = poll(SENSOR, span, changes=flushes, key="region-1")
+    per_minute = 60 * len(probes) / span
+    assert 4 <= per_minute <= 6.5, per_minute
+    seen = [at for at, changed in probes if changed]
+    for flush in flushes[1:]:
+        first = min(at for at in seen if at >= flush)
+        assert first - flush <= 60 / 4 + SENSOR.tick
+    # The same pace without the gap kept (the old clocks): every tick for the first 40 s.
+    assert SENSOR.due(Clock(0.0, 5.0), 10.0)
+    assert not SENSOR.due(Clock(0.0, 5.0, gap=60.0), 10.0)
+
+
+def test_a_burst_after_a_long_quiet_is_probed_every_tick() -> None:
+    """A gap longer than twice the bound says nothing of the next flush: a burst is met at once."""
+    woke = Clock(HOUR, HOUR, gap=HOUR)
+    assert SENSOR.due(woke, HOUR + SENSOR.tick)
 
 
 def test_quiet_things_are_probed_at_their_own_phases_spread_over_the_ticks() -> None:
