@@ -274,9 +274,9 @@ def backlog_since(
     moves it. The regions are listed when due; between, they are the regions seen
     before. A region not seen before, or whose merge progress moved short of its latest flushed
     generation, is read in full (from its seen version or, for a new one, the stored region
-    snapshot's); one whose merge caught up keeps its reading, with no backlog; those and the
-    others seen before are probed when due (one HEAD of the next manifest version) and read in full
-    if it exists; the others keep their backlog.
+    snapshot's); one whose merge caught up is probed (one HEAD of its next manifest version) and
+    keeps its reading, with no backlog, unless that exists; one seen before is probed when due and
+    read in full if its next version exists; the others keep their backlog.
     """
     now = time.time() if now is None else now
     seen = before.seen
@@ -297,20 +297,20 @@ def backlog_since(
     # A region seen before whose merge progress is unchanged costs one HEAD (of its next manifest
     # version) when its probe is due, probed for all such regions at once; only the others are read.
     same = [r for r in ids if r in seen and seen[r][1].merged_generation == details.merged_generation(r)]
-    # A region whose merge caught up with all it had flushed keeps its reading, less the backlog, and is
-    # probed when due like the others: a merge (ours) is not a sign that the writer flushed again.
+    # A region whose merge caught up with all it had flushed keeps its reading, less the backlog, while
+    # no newer manifest version exists: one HEAD after each merge, not its manifest read again.
     caught_up = _caught_up(details, seen, [r for r in ids if r in seen and r not in same])
-    probeable = same + caught_up
-    due = [r for r in probeable if backoff.due(clocks.get(r), now, r)]
-    newer = _moved(table, seen, due)
+    due = [r for r in same if backoff.due(clocks.get(r), now, r)]
+    newer = _moved(table, seen, due + caught_up)
     if newer and _quiet(clocks, seen, now, backoff):
         # A quiet table woke: flushes come in bursts, so every other region is probed now too.
         probing = set(due)
-        rest = [r for r in probeable if r not in probing]
+        rest = [r for r in same if r not in probing]
         newer |= _moved(table, seen, rest)
         due += rest
     kept = {r: seen[r] for r in same if r not in newer}
-    kept |= _merged_up(details, seen, [r for r in caught_up if r not in newer])
+    merged_up = [r for r in caught_up if r not in newer]
+    kept |= _merged_up(details, seen, merged_up)
     changed = [r for r in ids if r not in kept]
     manifests, read, regions = _read_again(table, details, seen, kept, changed, newer, hints)
     by_region = {b.region: b for b in regions}
@@ -319,7 +319,7 @@ def backlog_since(
     # A region's clock runs from its writer's last flush: a merge (ours) says nothing of when the
     # writer flushes next, nor does a claim (Lance's writer claims again after each flush, and its
     # WAL tailer moves the manifest too), so only a new flushed generation restarts its backoff.
-    for region in set(due) - newer:
+    for region in {*(set(due) - newer), *merged_up}:
         clocks[region] = probed(clocks.get(region), now, False)
     for manifest in read:
         flushed = manifest.region not in seen or (

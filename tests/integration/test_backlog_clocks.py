@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from memwal_core.demo import write_demo_table
-from memwal_core.format.naming import MEM_WAL_DIR
 from memwal_core.model.table import MemWalTable
 from memwal_core.services.backlog import SeenBacklog, Watched, backlog_since
 from memwal_core.services.backoff import Backoff
@@ -62,39 +59,3 @@ def test_a_claim_without_a_flush_does_not_restart_its_backoff(tmp_path: Path) ->
     assert claimed[1] == first.watched.seen[regions[0]][1], "nothing new to merge"
     assert [after.watched.clocks[r].changed_at for r in regions] == [START] * len(regions)
     assert not SENSOR.due(after.watched.clocks[regions[0]], START + 65, regions[0])
-
-
-def test_a_region_a_merge_caught_up_is_probed_when_due_not_at_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """After each merge the sensor and the exporter probed every region it caught up (one HEAD each):
-    under a writer flushing every minute, one more HEAD a region a minute for each. A merge is ours and
-    says nothing of the writer's next flush: the region keeps its reading, caught up, and is probed
-    when its clock says so."""
-    uri = str(tmp_path / "t")
-    write_demo_table(uri, regions=2, rounds=2)
-    first = then(uri, Watched(), 0)
-    second = then(uri, first.watched, 60)  # idle since 0: probed, nothing new
-    regions = sorted(first.watched.seen)
-    with MemWalTable.open(uri) as table:
-        assert not merge(table).failures
-    probes: list[str] = []
-
-    def read_at(before: Watched, at: float) -> SeenBacklog:
-        with MemWalTable.open(uri) as table:
-            real = table.store.exists_many
-
-            def recording(paths: list[str]) -> list[bool]:
-                probes.extend(paths)
-                return real(paths)
-
-            monkeypatch.setattr(table.store, "exists_many", recording)
-            return backlog_since(table, before, SENSOR, now=START + at)
-
-    after = read_at(second.watched, 65)
-    assert not [p for p in probes if f"/{MEM_WAL_DIR}/" in f"/{p}"], probes
-    assert all(not b.pending and b.merged_generation == b.latest_flushed for b in after.backlog.regions)
-    assert [after.watched.clocks[r].probed_at for r in regions] == [START + 60] * len(regions)
-    later = read_at(after.watched, 75)  # idle 75 s: a quarter of that since the last probe
-    assert sorted(p.split("/")[1] for p in probes if p.startswith(f"{MEM_WAL_DIR}/")) == regions
-    assert [later.watched.clocks[r].probed_at for r in regions] == [START + 75] * len(regions)
