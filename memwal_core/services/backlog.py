@@ -107,16 +107,30 @@ def backlog(table: MemWalTable, regions: Iterable[str] | None = None) -> TableBa
 
 
 def region_backlog(
-    table: MemWalTable, manifest: RegionManifest, merged: int, before: RegionBacklog | None = None
+    table: MemWalTable,
+    manifest: RegionManifest,
+    merged: int,
+    before: RegionBacklog | None = None,
+    unseen_at: float | None = None,
 ) -> RegionBacklog:
     """One region's backlog from its latest manifest: one request dating its oldest pending generation
-    (`flushed_at`), none if `before` (an earlier reading) dated the same one. A writer's manifest moves
-    more often than it flushes (a running writer writes two versions at its first put after a flush)."""
+    (`flushed_at`), none if `before` (an earlier reading) dated the same one, or if that generation
+    is newer than all `before` saw and `unseen_at` (a moment, at most DATED_BY_PROBE_WITHIN ago, when
+    the manifest `before` was read from was still the newest) dates it: it was flushed since. A
+    writer's manifest moves more often than it flushes (a running writer writes two versions at its
+    first put after a flush)."""
     region = manifest.region
     pending = [g for g in manifest.generations if g.generation > merged]
     created = None
     if pending and before is not None and before.pending[:1] == (pending[0].generation,):
         created = before.oldest_pending_created_at
+    elif (
+        pending
+        and before is not None
+        and unseen_at is not None
+        and pending[0].generation > before.latest_flushed
+    ):
+        created = unseen_at
     if pending and created is None:
         created = flushed_at(table, f"{MEM_WAL_DIR}/{region}/{pending[0].path}")
     return RegionBacklog(
@@ -148,6 +162,10 @@ def backlog_of(
     found = table.store.map(lambda m: region_backlog(table, m, details.merged_generation(m.region)), read)
     return TableBacklog(table.uri, version, found, time.time())
 
+
+# A generation first seen within this many seconds of a probe that did not see it is dated by that probe:
+# its age is then at most this much over, and dating it costs no request (a HEAD per flush per poller).
+DATED_BY_PROBE_WITHIN = 30.0
 
 # The clocks of a poller's table-level probes (`Watched.clocks`), named after what they read.
 VERSIONS_PROBE = TABLE_VERSIONS_DIR  # the next table version's manifest: one HEAD
@@ -222,7 +240,7 @@ def backlog_after(
     newer = _moved(table, seen, caught_up)
     kept = _merged_up(details, seen, [r for r in caught_up if r not in newer])
     changed = [r for r in sorted(seen) if r not in kept]
-    _manifests, _read, regions = _read_again(table, details, seen, kept, changed, newer, {})
+    _manifests, _read, regions = _read_again(table, details, seen, kept, changed, newer, {}, {})
     return TableBacklog(table.uri, version, regions, time.time())
 
 
@@ -234,11 +252,12 @@ def _read_again(
     changed: Sequence[str],
     newer: set[str],
     hints: Mapping[str, int],
+    unseen_at: Mapping[str, float],
 ) -> tuple[dict[str, RegionManifest | None], list[RegionManifest], list[RegionBacklog]]:
     """Read the `changed` regions again (from the version seen, else the hint; `newer`: their next
     version was just seen stored): their manifests, those that exist, and every region's backlog,
     the `kept` ones' as they were. A region read again is dated from its earlier reading where that
-    still holds."""
+    still holds, or from `unseen_at` (`region_backlog`)."""
     found = table.store.map(
         lambda r: table.read_region(r, seen[r][0] if r in seen else hints.get(r), moved=r in newer), changed
     )
@@ -246,7 +265,11 @@ def _read_again(
     read = [m for _r, m in sorted(manifests.items()) if m is not None]
     fresh = table.store.map(
         lambda m: region_backlog(
-            table, m, details.merged_generation(m.region), seen[m.region][1] if m.region in seen else None
+            table,
+            m,
+            details.merged_generation(m.region),
+            seen[m.region][1] if m.region in seen else None,
+            unseen_at.get(m.region),
         ),
         read,
     )
@@ -312,7 +335,13 @@ def backlog_since(
     merged_up = [r for r in caught_up if r not in newer]
     kept |= _merged_up(details, seen, merged_up)
     changed = [r for r in ids if r not in kept]
-    manifests, read, regions = _read_again(table, details, seen, kept, changed, newer, hints)
+    # A region last probed moments ago dates what it flushed since by that probe, not by a request.
+    unseen_at = {
+        r: c.probed_at
+        for r in changed
+        if (c := clocks.get(r)) and 0 <= now - c.probed_at <= DATED_BY_PROBE_WITHIN
+    }
+    manifests, read, regions = _read_again(table, details, seen, kept, changed, newer, hints, unseen_at)
     by_region = {b.region: b for b in regions}
     now_seen = kept | {m.region: (m.version, by_region[m.region]) for m in read}
 
