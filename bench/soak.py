@@ -61,7 +61,15 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.soak_child import HOLD_FILE, OPTIONS_ENV, SCHEMA, WriterPlan, reclaim, stall_keys  # noqa: E402
+from bench.soak_child import (  # noqa: E402
+    HOLD_FILE,
+    OPTIONS_ENV,
+    SCHEMA,
+    WriterPlan,
+    reclaim,
+    stale_marker,
+    stall_keys,
+)
 from bench.soak_model import SEQ_STRIDE, Mismatch, WriterLog, base_rows, compare, parse_log  # noqa: E402
 from bench.soak_pause import all_paused, end_pause, request_pause  # noqa: E402
 from bench.soak_proxy import FaultProxy, FaultRates  # noqa: E402
@@ -786,7 +794,7 @@ class Soak:
                 or held >= self.config.stall_max_seconds
                 or (ran and held >= self.config.stall_min_seconds)
             ):
-                (target.control / f"stale-{child.process.pid}").touch()
+                stale_marker(target.control, child.process.pid).touch()
                 child.retired = True
                 child.stalled = None
                 os.kill(child.process.pid, signal.SIGCONT)

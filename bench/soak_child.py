@@ -190,6 +190,11 @@ def choose(rng: random.Random, live: set[int], dead: set[int], keys: list[int]) 
     return "P", rng.sample(keys, rng.randint(1, 4))
 
 
+def stale_marker(control: Path, pid: int) -> Path:
+    """The file that tells process `pid` it was woken as a stale writer (its replacement holds its regions)."""
+    return control / f"stale-{pid}"
+
+
 def stall_keys(keys: Sequence[int]) -> list[int]:
     """The keys only a stale writer writes: the last ones but the very last (the sabotage victim)."""
     return list(keys[-STALL_KEYS - 1 : -1])
@@ -221,7 +226,7 @@ def run_writer(args: argparse.Namespace) -> None:
         reclaim(args.uri, options, plan.regions, args.memtable_rows)
     writer = _claim(args, options, plan.pin, control, plan.regions)
     log.event("claimed")
-    stale = control / f"stale-{os.getpid()}"
+    stale = stale_marker(control, os.getpid())
     while writer is not None and not (control / "stop").exists():
         if stale.exists():
             log.event("stale")
@@ -321,7 +326,7 @@ def _claim(
             if writer is not None:
                 _close_quietly(writer)
             print(f"writer {args.writer}: claim failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
-            if (control / f"stale-{os.getpid()}").exists():
+            if stale_marker(control, os.getpid()).exists():
                 # Woken after its replacement took over before it ever claimed: claiming on would
                 # fence the replacement, be fenced by its re-claim, and so on (seed 11: for minutes).
                 return None
@@ -361,7 +366,7 @@ def _pause(
         writer.flush()
     except Exception as exc:
         print(f"writer {args.writer}: flush failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
-        if isinstance(exc, StorageError) or (control / f"stale-{os.getpid()}").exists():
+        if isinstance(exc, StorageError) or stale_marker(control, os.getpid()).exists():
             # Flushed again on the next loop. After a storage failure the same writer settles the
             # regions whose close failed (a claim and a close each); closing it and claiming every
             # region again, one by one, made a pause of 64 regions take minutes. A stale process
