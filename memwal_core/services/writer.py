@@ -32,7 +32,10 @@ A native writer given up after a failure may not have flushed what it had
 acknowledged (its close fails too, or never runs): that region is settled by
 a fresh claim (which replays the WAL) and a close before `flush()` or
 `close()` report success, so a writer that closes cleanly leaves every
-acknowledged write in a flushed generation.
+acknowledged write in a flushed generation. Nor is a clean native close
+trusted: Lance 14's returns without flushing a sealed MemTable whose
+background flush gave up, so the region's manifest must show the writer's
+generations flushed, or the region is settled the same way.
 """
 
 from __future__ import annotations
@@ -235,12 +238,20 @@ def _bounded(call: Callable[[], T], seconds: float, what: str) -> T:
     return value  # type: ignore[no-any-return]
 
 
-def _unflushed(writer: ShardWriter) -> bool:
-    """Whether a native writer holds rows no flushed generation has yet (or a flush of them failed)."""
+def _flushed_through(writer: ShardWriter) -> int | None:
+    """The region's current generation once everything a native writer holds is flushed; None: it holds
+    nothing (no rows, no frozen MemTable, no failed flush).
+
+    A flush of generation g makes g + 1 the region's current generation, and a
+    writer's frozen MemTables are the generations below its active one.
+    """
     memtable = writer.memtable_stats()
-    return bool(
-        memtable["row_count"] or memtable["frozen_count"] or writer.stats().get("memtable_flush_failures")
-    )
+    generation = int(memtable["generation"])
+    if memtable["row_count"]:
+        return generation + 1
+    if memtable["frozen_count"] or writer.stats().get("memtable_flush_failures"):
+        return generation
+    return None
 
 
 @dataclass
@@ -369,8 +380,7 @@ class MemWalWriter:
             self._writers[region] = writer
             self._unsettled.discard(region)  # the claim replayed whatever its predecessor left
             self._counters.setdefault(region, _RegionCounters())
-            if self._durable:
-                self._claims[region] = claim
+            self._claims[region] = claim
         return writer
 
     def _open(self, region: str) -> tuple[ShardWriter, Claim]:
@@ -517,7 +527,7 @@ class MemWalWriter:
                 except (OSError, RuntimeError, ValueError) as exc:
                     raise _native_error(region, exc) from None
                 claim = self._claims.get(region)
-                if claim is not None and claim.due():
+                if self._durable and claim is not None and claim.due():
                     claim.check()  # a later claim: the write may sit where no replay reads it
             except UncertainWriteError as error:
                 self._discard(region, error)
@@ -607,24 +617,27 @@ class MemWalWriter:
 
         `only_unflushed`: leave open the writers whose MemTables hold nothing.
         """
-        writers = {r: w for r, w in self._writers.items() if not only_unflushed or _unflushed(w)}
-        for region in writers:
+        closing: dict[str, tuple[ShardWriter, Claim, int | None]] = {}
+        for region, writer in list(self._writers.items()):
+            through = _flushed_through(writer)
+            if only_unflushed and through is None:
+                continue
             del self._writers[region]
-            self._claims.pop(region, None)
+            closing[region] = (writer, self._claims.pop(region), through)
 
         def close(region: str) -> None:
-            writer = writers[region]
+            writer, claim, through = closing[region]
             self._closed_stats[region] = self._merged_native_stats(region, writer)
-            try:
-                _bounded(writer.close, self.call_seconds, f"region {region}: close")
-            except (OSError, RuntimeError, ValueError) as exc:
+            if not self._closed_flushed(region, writer, claim, through):
+                log.warning(
+                    "region %s: Lance's writer closed without flushing generation %d, which holds "
+                    "acknowledged writes; claiming the region again to flush them from its WAL",
+                    region,
+                    (through or 1) - 1,
+                )
                 self._unsettled.add(region)
-                raise _native_error(region, exc) from None
-            except UncertainWriteError:
-                self._unsettled.add(region)
-                raise
 
-        errors = [e for e in self._each(close, sorted(writers)) if e is not None] if writers else []
+        errors = [e for e in self._each(close, sorted(closing)) if e is not None] if closing else []
         for region in sorted(self._unsettled - self._fenced):
             try:
                 self._settle(region)
@@ -633,23 +646,64 @@ class MemWalWriter:
         if errors:
             raise errors[0]
 
+    def _closed_flushed(self, region: str, writer: ShardWriter, claim: Claim, through: int | None) -> bool:
+        """Close a native writer; whether the region's manifest then covers all it held (`through`).
+
+        Lance 14's close waits only for the flushes still being tried: a
+        MemTable whose background flush gave up stays frozen, and close returns
+        as if it were flushed (its rows are in the WAL only). So a close is
+        believed only once the region's newest manifest has moved past the
+        writer's generations. A failed close leaves the region unsettled; a
+        later claim by another writer fences this one (it replays the WAL, so
+        those rows are its to flush).
+        """
+        try:
+            _bounded(writer.close, self.call_seconds, f"region {region}: close")
+        except (OSError, RuntimeError, ValueError) as exc:
+            self._unsettled.add(region)
+            raise _native_error(region, exc) from None
+        except UncertainWriteError:
+            self._unsettled.add(region)
+            raise
+        if through is None:
+            return True
+        try:
+            latest = claim.manifests.read_latest(claim.version)
+        except MemwalError:
+            self._unsettled.add(region)  # not known to be flushed
+            raise
+        if latest.current_generation >= through:
+            return True
+        if latest.writer_epoch > claim.epoch:
+            self._fenced.add(region)
+            raise FencedError(
+                f"region {region}: another writer claimed the region (epoch {latest.writer_epoch}, this "
+                f"writer's {claim.epoch}) before this writer's acknowledged writes were flushed; they are "
+                "in the WAL, which that writer replays"
+            )
+        return False
+
     def _settle(self, region: str) -> None:
         """Claim (replaying the WAL a given-up writer left) and close (flushing it) one region."""
         log.info("region %s: re-claiming to flush what a failed writer acknowledged", region)
         writer = self._writer(region)
         del self._writers[region]
-        self._claims.pop(region, None)
+        claim = self._claims.pop(region)
         try:
-            _bounded(writer.close, self.call_seconds, f"region {region}: close")
-        except (OSError, RuntimeError, ValueError) as exc:
-            self._unsettled.add(region)
+            flushed = self._closed_flushed(region, writer, claim, _flushed_through(writer))
+        except UncertainWriteError:
+            raise
+        except StorageError as exc:
             raise StorageError(
                 f"region {region}: acknowledged writes are in its WAL but could not be flushed "
-                f"({first_line(exc)}); the region's next claim replays them"
+                f"({exc}); the region's next claim replays them"
             ) from None
-        except UncertainWriteError:
+        if not flushed:
             self._unsettled.add(region)
-            raise
+            raise StorageError(
+                f"region {region}: acknowledged writes are in its WAL but Lance's writer closed again "
+                "without flushing them; the region's next claim replays them"
+            )
 
     def _merged_native_stats(self, region: str, writer: ShardWriter | None) -> dict[str, Any]:
         totals = dict(self._closed_stats.get(region, {}))

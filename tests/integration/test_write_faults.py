@@ -11,6 +11,7 @@ Azure too, where a retry that meets the stored object is answered 409, not 412.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,6 +140,40 @@ def test_lost_wal_put_answer_is_written_again(server: Any, table: str, proxy: Re
     assert len(proxy.failed) == 1
     view = flushed_view(table, server.storage_options())
     assert (view[1], view[2], view[3]) == ("a", "b", "c")
+    assert_every_command_works(table, server.storage_options())
+
+
+def test_a_close_that_leaves_a_generation_unflushed_is_not_believed(
+    server: Any, table: str, proxy: ResponseFaults
+) -> None:
+    """The seed-5 chaos finding: `flush()` returned while a full generation was in the WAL only.
+
+    The WAL PUT of the put that seals a generation is reset. Lance's writer
+    writes the entry again at its next WAL tick (the rows are durable, and a
+    durable put would be acknowledged now), but the background flush of the
+    sealed generation gave up at the first failure, without counting one, and
+    left it frozen; close then returns cleanly without flushing it. Before the
+    fix `flush()` believed that close: the rows were in no flushed generation.
+    Now the region's manifest is read after a close, and a region it does not
+    cover is claimed again (replaying the WAL) and closed.
+    """
+    region = str(uuid.uuid4())
+    # Non-durable, so the put returns before its WAL write: one put of the four rows the MemTable holds.
+    writer = MemWalWriter(
+        table, through(server, proxy), region=region, durable_write=False, max_memtable_rows=4
+    )
+    writer.claim()
+    proxy.faults.append(Fault("PUT", "/wal/", answer="reset"))
+    writer.put(rows([1, 2, 3, 4], "op"))
+    deadline = time.monotonic() + 60
+    while not writer.stats()[region].get("wal_flush_count") and time.monotonic() < deadline:
+        time.sleep(0.1)  # the WAL entry is written again at a tick, about 2 s later
+    assert proxy.failed, "the seal's WAL PUT was not hit"
+    assert writer.stats()[region]["memtable_flush_count"] == 0  # the generation was not flushed
+    writer.flush()
+    view = flushed_view(table, server.storage_options())
+    assert {k: view.get(k) for k in range(1, 5)} == dict.fromkeys(range(1, 5), "op")
+    writer.close()
     assert_every_command_works(table, server.storage_options())
 
 
