@@ -64,6 +64,9 @@ from memwal_core.storage.object_store import ObjectStore
 log = logging.getLogger(__name__)
 
 KEEP_RECORDS = 16
+# Records are pruned once this many can go, in one batch delete (S3's DeleteObjects): a lease keeps at
+# most KEEP_RECORDS + PRUNE_BATCH records besides those younger than PRUNE_AGE, one LIST page.
+PRUNE_BATCH = 16
 # A record is pruned only once a record written this much later (by the store's clock) exists, so a
 # number can be written again only by a writer whose decision is older than this: see `_verified`.
 PRUNE_AGE = 60.0
@@ -331,12 +334,15 @@ class Lease:
                 self.store.describe(self._path(current.seq)),
                 self.ttl,
             )
-        # Only records the LIST saw, so a quiet lease costs no DELETE at all.
+        # Only records the LIST saw, so a quiet lease costs no DELETE at all; and only a batch's worth
+        # at once, so a lease taken once a merge round costs one batch delete every PRUNE_BATCH rounds,
+        # not a DELETE every round.
         newest = max(stored.values(), default=0.0)
         pruned = [
             old for old, mtime in stored.items() if old <= seq - KEEP_RECORDS and mtime <= newest - PRUNE_AGE
         ]
-        self.store.map(self.store.delete, [self._path(old) for old in pruned])
+        if len(pruned) >= PRUNE_BATCH:
+            self.store.delete_many([self._path(old) for old in pruned])
         return True
 
     def acquire(self, *, wait: float = 0.0, poll: float = 0.5) -> Lease:
