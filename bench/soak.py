@@ -66,6 +66,7 @@ from bench.soak_child import (  # noqa: E402
     OPTIONS_ENV,
     SCHEMA,
     WriterPlan,
+    claimed_marker,
     reclaim,
     stale_marker,
     stall_keys,
@@ -771,8 +772,13 @@ class Soak:
             victim.restart_at = now + self.rng.uniform(0.1, 2.0)
 
     def _stall_one(self) -> None:
-        """Stop a random running writer where it is (SIGSTOP) and start a replacement that fences it."""
-        candidates = [(t, c) for t in self.targets for c in t.writers() if c.alive()]
+        """Stop a random writer that holds its claim where it is (SIGSTOP) and start a replacement that fences it."""
+        candidates = [
+            (t, c)
+            for t in self.targets
+            for c in t.writers()
+            if c.alive() and c.process is not None and claimed_marker(t.control, c.process.pid).exists()
+        ]
         if not candidates:
             return
         target, child = self.rng.choice(candidates)

@@ -27,6 +27,7 @@ delete to stop there, before its upsert (it renames the file to
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -38,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pyarrow as pa
 
@@ -56,6 +57,8 @@ RECLAIM_THREADS = 8
 # Each writer's keys that only a stale (woken) process of it writes, and how many puts it tries.
 STALL_KEYS = 4
 STALE_WRITES = 3
+
+T = TypeVar("T")
 
 SCHEMA = pa.schema(
     [
@@ -122,12 +125,13 @@ def open_writer(uri: str, options: dict[str, str], region: str | None, memtable_
     )
 
 
-def reclaim(uri: str, options: dict[str, str], regions: Sequence[str], memtable_rows: int) -> None:
+def reclaim(uri: str, options: dict[str, str], regions: Sequence[str], memtable_rows: int) -> int:
     """Claim each existing region and close at once: the claim replays its WAL and the close flushes it.
 
     A region with no manifest yet has no WAL to replay (and a bucketed one
     must be created by routing, not by a claim). Regions are claimed several
-    at a time; the first failure is raised once all were tried.
+    at a time; the first failure is raised once all were tried. Returns how
+    many regions were claimed.
     """
     from memwal_core.model.table import MemWalTable
 
@@ -141,7 +145,9 @@ def reclaim(uri: str, options: dict[str, str], regions: Sequence[str], memtable_
         finally:
             writer.close()
 
-    claim_each(claim, [r for r in regions if r in existing])
+    claimed = [r for r in regions if r in existing]
+    claim_each(claim, claimed)
+    return len(claimed)
 
 
 def claim_each(claim: Callable[[str], object], regions: Sequence[str]) -> None:
@@ -195,6 +201,11 @@ def stale_marker(control: Path, pid: int) -> Path:
     return control / f"stale-{pid}"
 
 
+def claimed_marker(control: Path, pid: int) -> Path:
+    """The file that says process `pid` holds its claimed regions (a stall then makes a stale writer)."""
+    return control / f"claimed-{pid}"
+
+
 def stall_keys(keys: Sequence[int]) -> list[int]:
     """The keys only a stale writer writes: the last ones but the very last (the sabotage victim)."""
     return list(keys[-STALL_KEYS - 1 : -1])
@@ -223,7 +234,9 @@ def run_writer(args: argparse.Namespace) -> None:
     options = storage_options()
     if args.fence_first:
         # A replacement for a stalled process: take every region over (fencing it) before writing.
-        reclaim(args.uri, options, plan.regions, args.memtable_rows)
+        fence = functools.partial(reclaim, args.uri, options, plan.regions, args.memtable_rows)
+        if _until_done(fence, args.writer, control) is None:
+            sys.exit(3)
     writer = _claim(args, options, plan.pin, control, plan.regions)
     log.event("claimed")
     stale = stale_marker(control, os.getpid())
@@ -309,26 +322,46 @@ def _claim(
     resets connections). Claiming every region at once (not at its first write) means a writer
     stopped later holds all of them, so each can fence it.
 
-    None if asked to stop before that succeeded, or if a failed attempt finds this process stale.
+    The claimed marker exists only while this process holds a claimed writer,
+    so the soak stalls writers that write (one stalled mid-claim is refused
+    when woken and never tries a stale put). None if asked to stop before the
+    claim succeeded, or if a failed attempt finds this process stale.
     """
     from memwal_core.model.table import MemWalTable
 
-    delay = 0.2
-    while not (control / "stop").exists():
-        writer = None
+    def attempt() -> Writer:
+        writer = open_writer(args.uri, options, pin, args.memtable_rows)
         try:
-            writer = open_writer(args.uri, options, pin, args.memtable_rows)
             with MemWalTable(args.uri, options or None) as table:
                 existing = {r for r, m in table.read_regions(regions).items() if m is not None}
             claim_each(writer.claim, [r for r in regions if r in existing])
-            return writer
+        except Exception:
+            _close_quietly(writer)
+            raise
+        return writer
+
+    marker = claimed_marker(control, os.getpid())
+    marker.unlink(missing_ok=True)
+    writer = _until_done(attempt, args.writer, control)
+    if writer is not None:
+        marker.touch()
+    return writer
+
+
+def _until_done(attempt: Callable[[], T], writer_id: int, control: Path) -> T | None:
+    """`attempt()`, again after each failure (with a growing delay) until it succeeds.
+
+    None if asked to stop first, or if a failed attempt finds this process
+    stale: woken after its replacement took over, claiming on would fence the
+    replacement, be fenced by its re-claim, and so on (seed 11: for minutes).
+    """
+    delay = 0.2
+    while not (control / "stop").exists():
+        try:
+            return attempt()
         except Exception as exc:
-            if writer is not None:
-                _close_quietly(writer)
-            print(f"writer {args.writer}: claim failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
+            print(f"writer {writer_id}: claim failed: {str(exc)[:300]}", file=sys.stderr, flush=True)
             if stale_marker(control, os.getpid()).exists():
-                # Woken after its replacement took over before it ever claimed: claiming on would
-                # fence the replacement, be fenced by its re-claim, and so on (seed 11: for minutes).
                 return None
             time.sleep(delay)
             delay = min(delay * 2, 3.0)

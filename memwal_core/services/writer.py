@@ -653,15 +653,18 @@ class MemWalWriter:
         MemTable whose background flush gave up stays frozen, and close returns
         as if it were flushed (its rows are in the WAL only). So a close is
         believed only once the region's newest manifest has moved past the
-        writer's generations. A failed close leaves the region unsettled; a
-        later claim by another writer fences this one (it replays the WAL, so
-        those rows are its to flush).
+        writer's generations. A failed close leaves the region unsettled, unless
+        it failed because another writer claimed the region: that writer
+        replays the WAL, so those rows are its to flush, and this one never
+        claims the region again.
         """
         try:
             _bounded(writer.close, self.call_seconds, f"region {region}: close")
         except (OSError, RuntimeError, ValueError) as exc:
-            self._unsettled.add(region)
-            raise _native_error(region, exc) from None
+            error = _native_error(region, exc)
+            # Fenced: the claimer replays the WAL; settling here would claim again and fence it.
+            (self._fenced if isinstance(error, FencedError) else self._unsettled).add(region)
+            raise error from None
         except UncertainWriteError:
             self._unsettled.add(region)
             raise

@@ -82,6 +82,19 @@ def test_cli_merges_the_demo_table_on_a_connect_server(tmp_path: Path, connect_s
     assert rows == log.model()
 
 
+def test_the_connect_servers_heap_is_resident_from_its_start(connect_server: Any) -> None:
+    """A heap that grows in steps over an hour looks like a leak; one touched at start is a flat budget."""
+    status = Path(f"/proc/{connect_server.pid}/status").read_text()
+    resident = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
+    assert resident is not None
+    resident_kib = int(resident.group(1))
+    assert resident_kib >= 1024 * 1024, (
+        f"the server holds {resident_kib // 1024} MiB, less than its 1 GiB heap"
+    )
+    command = Path(f"/proc/{connect_server.pid}/cmdline").read_text().split("\0")
+    assert "-Xmx1g" in command and "-Xms1g" in command and "-XX:+AlwaysPreTouch" in command
+
+
 def test_master_and_remote_named_together_is_one_line_of_bad_input(tmp_path: Path) -> None:
     write_demo_table(str(tmp_path / "demo"), base_rows=50, regions=1, rounds=1, rows_per_generation=10)
     both = ("--spark-master", "local[1]", "--spark-remote", "sc://127.0.0.1:1")

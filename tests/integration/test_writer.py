@@ -146,6 +146,24 @@ def test_a_fenced_writer_gets_a_clear_error_and_keeps_what_it_acknowledged(tmp_p
     assert lsm_rows(uri)[300] == ("pinned", 3.0)
 
 
+def test_a_fenced_writer_that_flushes_does_not_claim_the_region_back(tmp_path: Path) -> None:
+    """Lance's close of a fenced writer fails; settling that region would fence its new owner."""
+    uri = make_table(tmp_path / "t", unsharded=True)
+    old = MemWalWriter(uri)
+    old.put({"id": [100], "name": ["old"], "score": [1.0]})
+    with MemWalWriter(uri) as new:
+        new.put({"id": [200], "name": ["new"], "score": [2.0]})
+        (region,) = MemWalTable.open(uri).region_ids()
+        epoch = MemWalTable.open(uri).read_regions()[region].writer_epoch
+        with pytest.raises(FencedError):
+            old.flush()
+        assert MemWalTable.open(uri).read_regions()[region].writer_epoch == epoch
+        new.put({"id": [201], "name": ["new"], "score": [2.0]})  # still the region's writer
+    old.close()
+    rows = lsm_rows(uri)
+    assert rows[100] == ("old", 1.0) and rows[200] == ("new", 2.0) and rows[201] == ("new", 2.0)
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

@@ -119,3 +119,30 @@ def test_quiet_things_are_probed_at_their_own_phases_spread_over_the_ticks() -> 
     assert sum(per_tick) <= len(keys) * (windows + 1), "once per window"
     # Lock-step probing would put all 200 on one tick in 22 and none on the others.
     assert max(per_tick) <= 30 and sum(1 for n in per_tick if n) >= 0.9 * len(per_tick), per_tick
+
+
+def test_a_table_quiet_for_minutes_is_probed_on_most_ticks_below_the_bound() -> None:
+    """Below the bound too: 200 regions that changed together were probed in lock-step, all on one
+    tick every quarter of their quiet, so a burst ten minutes into a quiet met its first probe up to
+    150 s late; at their own phases, some region is probed on nearly every tick."""
+    sensor = Backoff(tick=5.0, bound=900 / 4)
+    keys = [f"region-{n}" for n in range(200)]
+    clocks = {k: Clock(0.0, 0.0) for k in keys}
+    probed_on: list[float] = []
+    for step in range(1, int(4 * sensor.bound / sensor.tick)):
+        now = step * sensor.tick
+        due = [k for k in keys if sensor.due(clocks[k], now, k)]
+        for k in due:
+            assert now - clocks[k].probed_at <= probe_interval(now, sensor.tick, sensor.bound) + sensor.tick
+            clocks[k] = probed(clocks[k], now, changed=False)
+        if due:
+            probed_on.append(now)
+    quiet = [at for at in probed_on if at >= 120]
+    assert max(b - a for a, b in pairwise(quiet)) <= 2 * sensor.tick, quiet
+
+
+@pytest.mark.parametrize("changes", [[0.0], [7.0 + 60.0 * n for n in range(60)], [0.0, 400.0, 2500.0]])
+def test_phases_cost_no_more_probes_than_the_keyless_schedule(changes: list[float]) -> None:
+    keyless = len(poll(SENSOR, HOUR, changes))
+    for key in ("region-1", "region-2", "3f0c1a52-6a1d-4c85-9a39-0b1e5f1f5d2e"):
+        assert len(poll(SENSOR, HOUR, changes, key=key)) <= keyless * 1.1 + 1
