@@ -253,15 +253,21 @@ def region_figures(result: MergeResult) -> dict[str, dict[str, Any]]:
 
 class MergeRoundConfig(Config):
     """What the sensor that asked for the round had just read: the manifest version of each region
-    with pending generations, where the round starts reading it (a hint, verified with one HEAD;
-    under a writer the region snapshot's is minutes old). Empty for a run asked for by hand."""
+    with pending generations, where the round starts reading it (under a writer the region
+    snapshot's is minutes old), and when it last saw them all current (`polled_at`, seconds since
+    the epoch): a round that starts moments later reads them as they are, a later one verifies each
+    with one HEAD (`plan_merge`). Empty for a run asked for by hand."""
 
     manifest_versions: dict[str, int] = Field(default_factory=dict)
+    polled_at: float = 0.0
 
 
-def merge_round_config(keys: TableKeys, manifest_versions: Mapping[str, int]) -> dict[str, Any]:
-    """The run config of the table's merge job for a round asked for with `manifest_versions`."""
-    config = {"manifest_versions": dict(manifest_versions)}
+def merge_round_config(
+    keys: TableKeys, manifest_versions: Mapping[str, int], polled_at: float
+) -> dict[str, Any]:
+    """The run config of the table's merge job for a round asked for with `manifest_versions`, seen
+    current at `polled_at`."""
+    config = {"manifest_versions": dict(manifest_versions), "polled_at": polled_at}
     return {"ops": {keys.base.to_python_identifier(): {"config": config}}}
 
 
@@ -272,6 +278,7 @@ def merge_round(
     regions: Sequence[str] | None,
     max_seconds: float | None = None,
     manifest_versions: Mapping[str, int] | None = None,
+    polled_at: float | None = None,
 ) -> MergeResult:
     """One merge round of a table (every region, or `regions`), recorded as the UI shows it.
 
@@ -279,7 +286,7 @@ def merge_round(
     each an observation of its backlog after the round. Used by the table's merge
     job and by the location's merge of many tables in one run (merge_tables.py),
     which gives each round what is left of its own time (`max_seconds`).
-    `manifest_versions`: `MergeRoundConfig`'s.
+    `manifest_versions`, `polled_at`: `MergeRoundConfig`'s.
     """
     table = keys.table
     engine = memwal.engine(table, table.merge_engine)
@@ -293,11 +300,12 @@ def merge_round(
             budget=table.merge_budget(),
             max_seconds=min(table.merge_round_seconds(), max_seconds or math.inf),
             manifest_versions=manifest_versions,
+            polled_at=polled_at,
         )
         # The UI shows which regions are behind from these observations: refresh the merged ones, from
-        # what the round read of them (one HEAD for each it caught up).
-        version = opened.version_after(result.version_after)
-        return result, backlog_after(opened, version, result.planned_readings())
+        # what the round read of them and merged (no request for each it caught up).
+        readings = result.planned_readings()
+        return result, backlog_after(opened, result.version_after, readings, result.merged_through())
 
     result, after = on_table(memwal, keys, "merge", one_round)
     context.log.info(render(result))
@@ -359,7 +367,14 @@ def table_assets(keys: TableKeys) -> list[AssetsDefinition | AssetSpec]:
         chosen = context.partition_keys
         everything = set(chosen) >= set(context.instance.get_dynamic_partitions(keys.regions_name))
         regions = None if everything else chosen
-        result = merge_round(context, memwal, keys, regions, manifest_versions=config.manifest_versions)
+        result = merge_round(
+            context,
+            memwal,
+            keys,
+            regions,
+            manifest_versions=config.manifest_versions,
+            polled_at=config.polled_at,
+        )
         failure = failed_step(result)
         if failure is not None:
             raise failure

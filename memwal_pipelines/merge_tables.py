@@ -30,17 +30,21 @@ TABLES_AT_ONCE = 2
 
 
 class MergeTablesConfig(Config):
-    """The tables a shared merge run covers, by name, and per table its `MergeRoundConfig.manifest_versions`."""
+    """The tables a shared merge run covers, by name, and per table its `MergeRoundConfig.manifest_versions`
+    and `polled_at`."""
 
     tables: list[str]
     manifest_versions: dict[str, dict[str, int]] = Field(default_factory=dict)
+    polled_at: dict[str, float] = Field(default_factory=dict)
 
 
 def merge_tables_config(
-    tables: Sequence[str], manifest_versions: Mapping[str, Mapping[str, int]]
+    tables: Sequence[str], manifest_versions: Mapping[str, Mapping[str, int]], polled_at: Mapping[str, float]
 ) -> dict[str, Any]:
     versions = {name: dict(manifest_versions[name]) for name in tables if name in manifest_versions}
-    return {"ops": {"merge_tables": {"config": {"tables": list(tables), "manifest_versions": versions}}}}
+    seen = {name: polled_at[name] for name in tables if name in polled_at}
+    config = {"tables": list(tables), "manifest_versions": versions, "polled_at": seen}
+    return {"ops": {"merge_tables": {"config": config}}}
 
 
 def merge_tables_job(tables: Sequence[TableKeys]) -> JobDefinition:
@@ -59,8 +63,9 @@ def merge_tables_job(tables: Sequence[TableKeys]) -> JobDefinition:
             if left <= 0:
                 context.log.info(f"{keys.table.name}: left for the next round, the run's time is spent")
                 return None
-            versions = config.manifest_versions.get(keys.table.name)
-            failure = failed_step(merge_round(context, memwal, keys, None, left, versions))
+            name = keys.table.name
+            versions, polled_at = config.manifest_versions.get(name), config.polled_at.get(name)
+            failure = failed_step(merge_round(context, memwal, keys, None, left, versions, polled_at))
             return f"{keys.table.name}: {failure.description}" if failure is not None else None
 
         with ThreadPoolExecutor(TABLES_AT_ONCE) as pool:

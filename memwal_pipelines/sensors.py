@@ -17,9 +17,9 @@ stored with every event), stamps the base table with its completion time for
 the FreshnessPolicy (freshness.py), and requests ONE merge round for the table:
 a run of `{table}_merge` over every region partition, which merges all regions
 with work in a few commits, starting to read each from the manifest version this tick read
-(`MergeRoundConfig`). When rounds are due for BATCH_FROM tables or more at
-once, they go in shared runs of `memwal_merge_tables` (as many as run at once, SHARED_RUNS):
-each run is a process that takes seconds of CPU to start, and one per table
+(`MergeRoundConfig`; as it is, when the round plans within 30 s of the tick).
+When rounds are due for BATCH_FROM tables or more at once, they go in shared runs of
+`memwal_merge_tables` (as many as run at once, SHARED_RUNS): each run is a process that takes seconds of CPU to start, and one per table
 starved every table when all of them flushed at once.
 Its cursor (JSON, per table) remembers the last flushed and merged generations observed per region,
 each region's backlog with the manifest version it was read from (so a tick re-reads only
@@ -284,6 +284,8 @@ class FlushedTick:
     cursor: FlushedCursor
     # The manifest version this tick knows of each region with pending generations: where the round reads it.
     manifest_versions: dict[str, int] = field(default_factory=dict)
+    # When the oldest of them was last probed and found the newest (0.0: never).
+    polled_at: float = 0.0
 
 
 def flushed_tick(
@@ -328,6 +330,8 @@ def flushed_tick(
         complete_as_of = found.complete_as_of
         record_complete_as_of(context.instance, keys, complete_as_of, found.pending_total)
     versions = {r: version for r, (version, backlog) in read.watched.seen.items() if backlog.pending}
+    clocks = read.watched.clocks
+    polled_at = min((c.probed_at if (c := clocks.get(r)) else 0.0 for r in versions), default=0.0)
     rounds = (
         []
         if queued
@@ -337,7 +341,7 @@ def flushed_tick(
             found.regions,
             now=found.read_at,
             again_after=table.max_pending_age_seconds,
-            run_config=merge_round_config(keys, versions),
+            run_config=merge_round_config(keys, versions, polled_at),
         )
     )
     return FlushedTick(
@@ -351,14 +355,18 @@ def flushed_tick(
             complete_as_of=complete_as_of,
         ),
         versions,
+        polled_at,
     )
 
 
 def shared_rounds(
-    rounds: Mapping[str, RunRequest], jobs: Mapping[str, TableJobs], versions: Mapping[str, Mapping[str, int]]
+    rounds: Mapping[str, RunRequest],
+    jobs: Mapping[str, TableJobs],
+    versions: Mapping[str, Mapping[str, int]],
+    polled_at: Mapping[str, float],
 ) -> list[RunRequest]:
     """The rounds as runs: each table's own, or, from BATCH_FROM tables at once, shared ones, given the
-    manifest versions each table's tick read (`versions`, by table)."""
+    manifest versions each table's tick read (`versions`, by table) and when it saw them current."""
     if len(rounds) < BATCH_FROM:
         return [
             RunRequest(
@@ -376,7 +384,7 @@ def shared_rounds(
                 job_name=MERGE_TABLES_JOB,
                 run_key=f"memwal:merge:{_digest([rounds[n].run_key or n for n in batch])}",
                 tags={TABLES_TAG: ",".join(batch)},
-                run_config=merge_tables_config(batch, versions),
+                run_config=merge_tables_config(batch, versions, polled_at),
             )
         )
     return runs
@@ -400,6 +408,7 @@ def location_sensors(
         partitions = []
         rounds: dict[str, RunRequest] = {}
         versions: dict[str, dict[str, int]] = {}
+        polled_at: dict[str, float] = {}
 
         def read(keys: TableKeys, text: str | None) -> str:
             found = flushed_tick(context, keys, text, keys.table.name in queue.queued)
@@ -409,11 +418,12 @@ def location_sensors(
             if found.round is not None:
                 rounds[keys.table.name] = found.round
                 versions[keys.table.name] = found.manifest_versions
+                polled_at[keys.table.name] = found.polled_at
             return found.cursor.dump()
 
         cursor = each_table(context, tables, read)
         return SensorResult(
-            run_requests=[] if queue.held else shared_rounds(rounds, jobs, versions),
+            run_requests=[] if queue.held else shared_rounds(rounds, jobs, versions, polled_at),
             dynamic_partitions_requests=partitions,
             asset_events=events,
             cursor=cursor,

@@ -160,7 +160,7 @@ class RegionManifestStore:
         return self.path(version + 1)
 
     def read_latest(
-        self, known: int | RegionManifest | None = None, *, moved: bool = False
+        self, known: int | RegionManifest | None = None, *, moved: bool = False, current: bool = False
     ) -> RegionManifest:
         """The newest manifest; NotFoundError if the region has none.
 
@@ -170,10 +170,13 @@ class RegionManifestStore:
         from the hint when it names a later version, so a stale `known` costs the hint and
         one more HEAD, not one HEAD per version since. `moved`: the caller has just seen the
         version after `known` stored (a poller's probe): that HEAD is not made again.
+        `current`: the caller has just seen `known` to be the newest (a poller's probe moments
+        ago) and takes it as it is: no HEAD, so a version written since is not seen; a `known`
+        that is gone is read past as without `current`.
         """
         version = known.version if isinstance(known, RegionManifest) else known or 0
         if version >= 1:
-            if moved or self.store.exists(self.next_path(version)):
+            if moved or (not current and self.store.exists(self.next_path(version))):
                 return self._read_from(self.read_hint(), stored=version + 1)
             if isinstance(known, RegionManifest):
                 return known

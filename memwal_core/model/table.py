@@ -242,18 +242,24 @@ class MemWalTable:
         return RegionManifestStore(self.store, region)
 
     def read_region(
-        self, region: str, known: int | RegionManifest | None = None, *, moved: bool = False
+        self,
+        region: str,
+        known: int | RegionManifest | None = None,
+        *,
+        moved: bool = False,
+        current: bool = False,
     ) -> RegionManifest | None:
         """The region's latest manifest; None for a region with no manifest yet.
 
-        `known`, `moved`: a version believed current, or its manifest, and whether the version after
-        it was just seen stored (see `RegionManifestStore.read_latest`).
+        `known`, `moved`, `current`: a version believed current, or its manifest, whether the version
+        after it was just seen stored, and whether it was just seen the newest (see
+        `RegionManifestStore.read_latest`).
 
         A region with flushed generations but no manifest is corrupt, not new:
         its writer claimed it (manifest version 1) before its first flush.
         """
         try:
-            return self.region_store(region).read_latest(known, moved=moved)
+            return self.region_store(region).read_latest(known, moved=moved, current=current)
         except NotFoundError:
             generations = [
                 d

@@ -19,7 +19,7 @@ a few requests a minute, not one per region per tick.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -211,42 +211,48 @@ def _moved(table: MemWalTable, seen: Mapping[str, tuple[int, RegionBacklog]], re
     return {r for r, moved in zip(regions, found, strict=True) if moved}
 
 
+# A region's merged generation: `IndexDetails.merged_generation`, or what a merge round merged it to.
+MergedOf = Callable[[str], int]
+
+
 def _caught_up(
-    details: IndexDetails, seen: Mapping[str, tuple[int, RegionBacklog]], regions: Iterable[str]
+    merged: MergedOf, seen: Mapping[str, tuple[int, RegionBacklog]], regions: Iterable[str]
 ) -> list[str]:
     """The regions, of `regions`, whose merge progress reached the latest generation they were seen to flush."""
-    return [r for r in regions if details.merged_generation(r) >= seen[r][1].latest_flushed]
+    return [r for r in regions if merged(r) >= seen[r][1].latest_flushed]
 
 
 def _merged_up(
-    details: IndexDetails, seen: Mapping[str, tuple[int, RegionBacklog]], regions: Iterable[str]
+    merged: MergedOf, seen: Mapping[str, tuple[int, RegionBacklog]], regions: Iterable[str]
 ) -> dict[str, tuple[int, RegionBacklog]]:
     """Caught-up regions with no newer manifest version: their reading, less the backlog a merge took."""
-    return {r: (seen[r][0], seen[r][1].merged_to(details.merged_generation(r))) for r in regions}
+    return {r: (seen[r][0], seen[r][1].merged_to(merged(r))) for r in regions}
 
 
 def backlog_after(
-    table: MemWalTable, version: int, seen: Mapping[str, tuple[int, RegionBacklog]]
+    table: MemWalTable,
+    version: int,
+    seen: Mapping[str, tuple[int, RegionBacklog]],
+    merged: Mapping[str, int],
 ) -> TableBacklog:
-    """The backlog, at table `version`, of the regions in `seen` (each one's manifest version and backlog
-    as read before).
+    """The backlog, at table `version`, of the regions a merge round merged: `seen`, each one's manifest
+    version and backlog as the round planned it, and `merged`, the generation the round merged it to.
 
-    A merge round observes the regions it merged with it: one it caught up with all it had flushed
-    costs one HEAD (its next manifest version), not its manifest read again; one with pending
-    generations left, or a newer manifest, is read again from the version seen.
+    A region the round caught up with all its planned manifest listed is observed as the round left
+    it, for no request: a flush since is its poller's to see, whose next read probes the region
+    anyway (its merge progress moved), and a HEAD here would only repeat that probe. One with
+    pending generations left is read again from the version seen.
     """
-    details = table.index_details(version)
-    caught_up = _caught_up(details, seen, sorted(seen))
-    newer = _moved(table, seen, caught_up)
-    kept = _merged_up(details, seen, [r for r in caught_up if r not in newer])
+    merged_of = merged.__getitem__
+    kept = _merged_up(merged_of, seen, _caught_up(merged_of, seen, sorted(seen)))
     changed = [r for r in sorted(seen) if r not in kept]
-    _manifests, _read, regions = _read_again(table, details, seen, kept, changed, newer, {}, {})
+    _manifests, _read, regions = _read_again(table, merged_of, seen, kept, changed, set(), {}, {})
     return TableBacklog(table.uri, version, regions, time.time())
 
 
 def _read_again(
     table: MemWalTable,
-    details: IndexDetails,
+    merged: MergedOf,
     seen: Mapping[str, tuple[int, RegionBacklog]],
     kept: Mapping[str, tuple[int, RegionBacklog]],
     changed: Sequence[str],
@@ -255,9 +261,9 @@ def _read_again(
     unseen_at: Mapping[str, float],
 ) -> tuple[dict[str, RegionManifest | None], list[RegionManifest], list[RegionBacklog]]:
     """Read the `changed` regions again (from the version seen, else the hint; `newer`: their next
-    version was just seen stored): their manifests, those that exist, and every region's backlog,
-    the `kept` ones' as they were. A region read again is dated from its earlier reading where that
-    still holds, or from `unseen_at` (`region_backlog`)."""
+    version was just seen stored), each at its `merged` generation: their manifests, those that
+    exist, and every region's backlog, the `kept` ones' as they were. A region read again is dated
+    from its earlier reading where that still holds, or from `unseen_at` (`region_backlog`)."""
     found = table.store.map(
         lambda r: table.read_region(r, seen[r][0] if r in seen else hints.get(r), moved=r in newer), changed
     )
@@ -267,7 +273,7 @@ def _read_again(
         lambda m: region_backlog(
             table,
             m,
-            details.merged_generation(m.region),
+            merged(m.region),
             seen[m.region][1] if m.region in seen else None,
             unseen_at.get(m.region),
         ),
@@ -322,7 +328,7 @@ def backlog_since(
     same = [r for r in ids if r in seen and seen[r][1].merged_generation == details.merged_generation(r)]
     # A region whose merge caught up with all it had flushed keeps its reading, less the backlog, while
     # no newer manifest version exists: one HEAD after each merge, not its manifest read again.
-    caught_up = _caught_up(details, seen, [r for r in ids if r in seen and r not in same])
+    caught_up = _caught_up(details.merged_generation, seen, [r for r in ids if r in seen and r not in same])
     due = [r for r in same if backoff.due(clocks.get(r), now, r)]
     newer = _moved(table, seen, due + caught_up)
     if newer and _quiet(clocks, seen, now, backoff):
@@ -333,7 +339,7 @@ def backlog_since(
         due += rest
     kept = {r: seen[r] for r in same if r not in newer}
     merged_up = [r for r in caught_up if r not in newer]
-    kept |= _merged_up(details, seen, merged_up)
+    kept |= _merged_up(details.merged_generation, seen, merged_up)
     changed = [r for r in ids if r not in kept]
     # A region last probed moments ago dates what it flushed since by that probe, not by a request.
     unseen_at = {
@@ -341,7 +347,9 @@ def backlog_since(
         for r in changed
         if (c := clocks.get(r)) and 0 <= now - c.probed_at <= DATED_BY_PROBE_WITHIN
     }
-    manifests, read, regions = _read_again(table, details, seen, kept, changed, newer, hints, unseen_at)
+    manifests, read, regions = _read_again(
+        table, details.merged_generation, seen, kept, changed, newer, hints, unseen_at
+    )
     by_region = {b.region: b for b in regions}
     now_seen = kept | {m.region: (m.version, by_region[m.region]) for m in read}
 

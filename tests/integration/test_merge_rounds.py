@@ -20,8 +20,10 @@ import pytest
 from memwal_core.errors import BadInputError
 from memwal_core.model.evolution import TableFields
 from memwal_core.model.table import MemWalTable
+from memwal_core.services.backlog import Watched, backlog_since
 from memwal_core.services.engine import Engine, LocalEngine
 from memwal_core.services.merge.batch import MergeBudget
+from memwal_core.services.merge.plan import POLLED_CURRENT_SECONDS, MergePlan, plan_merge
 from memwal_core.services.merge.service import merge
 from memwal_core.services.status import status
 from tests.support.engines import merge_engine
@@ -314,4 +316,44 @@ def test_a_round_out_of_time_leaves_the_other_regions_for_the_next(tmp_path: Pat
         assert first.to_json()["deferred_regions"] == first.deferred_regions
         rest = merge(opened, budget=one_region_a_batch)
     assert not rest.deferred_regions and {r.region for r in rest.regions} == set(first.deferred_regions)
+    table.assert_merged()
+
+
+def test_a_round_asked_for_moments_ago_merges_what_its_poller_saw_and_the_next_the_rest(
+    tmp_path: Path,
+) -> None:
+    """A round planned within POLLED_CURRENT_SECONDS of its poller's read takes each region at the
+    manifest version the poller saw, with no HEAD of the next one: a flush since waits for the next
+    round, which merges it. A version older than merge progress plans nothing; progress never goes
+    back and every row lands once. A round that starts later (held in the run queue) reads the latest."""
+    table, (flushed, quiet) = regions_table(tmp_path / "t", regions=2, generations=1)
+    with MemWalTable.open(table.uri) as opened:
+        seen = backlog_since(opened, Watched())
+    versions = seen.manifest_versions
+    polled_at = seen.backlog.read_at
+    table.write(flushed, [("put", [{"id": 7, "v": "after the tick"}])])
+
+    def planned(plan: MergePlan) -> dict[str, list[int]]:
+        return {p.region: [g.generation for g in p.generations] for p in plan.regions}
+
+    with MemWalTable.open(table.uri) as opened:
+        late = plan_merge(
+            opened, manifest_versions=versions, polled_at=polled_at - POLLED_CURRENT_SECONDS - 1
+        )
+        assert planned(late) == {flushed: [1, 2], quiet: [1]}, "a round held past the bound reads the latest"
+        first = merge(opened, manifest_versions=versions, polled_at=polled_at)
+    assert not first.failures and first.plan is not None
+    assert planned(first.plan) == {flushed: [1], quiet: [1]}, "the flush after the tick waits"
+    assert progress(table.uri) == {flushed: 1, quiet: 1}
+
+    with MemWalTable.open(table.uri) as opened:
+        again = backlog_since(opened, seen.watched)
+        assert [r.pending for r in again.backlog.regions if r.pending] == [(2,)]
+        second = merge(opened, manifest_versions=again.manifest_versions, polled_at=again.backlog.read_at)
+        # The first tick's versions once more: older than merge progress now, so nothing to plan.
+        stale = merge(opened, manifest_versions=versions, polled_at=time.time())
+    assert [(r.region, r.merged_generations) for r in second.regions] == [(flushed, [2])]
+    assert not stale.regions and not stale.failures
+    assert_progress_never_decreases(progress_history(table.uri))
+    assert progress(table.uri) == {flushed: 2, quiet: 1}
     table.assert_merged()

@@ -706,12 +706,14 @@ def test_one_sensor_for_every_table_shares_runs_when_many_flush_at_once(tmp_path
     for request in result.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys or []))
 
-    # Each table's round starts reading its regions from the manifest versions the tick read.
-    versions = [
-        request.run_config["ops"]["merge_tables"]["config"]["manifest_versions"] for request in shared
-    ]
+    # Each table's round starts reading its regions from the manifest versions the tick read, as they
+    # are while the tick's probes are recent (`polled_at`, per table).
+    configs = [request.run_config["ops"]["merge_tables"]["config"] for request in shared]
+    versions = [config["manifest_versions"] for config in configs]
     assert [sorted(v) for v in versions] == [["t0", "t1", "t2"], ["t3"]]
     assert all(len(regions) == 2 and min(regions.values()) >= 1 for v in versions for regions in v.values())
+    assert all(sorted(c["polled_at"]) == sorted(c["manifest_versions"]) for c in configs)
+    assert all(0 < at <= time.time() for c in configs for at in c["polled_at"].values())
 
     merged = set()
     for request in shared:

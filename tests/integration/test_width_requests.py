@@ -26,6 +26,7 @@ from memwal_core.services.backlog import Watched, backlog, backlog_after, backlo
 from memwal_core.services.backoff import Backoff, Clock
 from memwal_core.services.gc.rules import GcPolicy
 from memwal_core.services.gc.service import gc
+from memwal_core.services.merge.plan import POLLED_CURRENT_SECONDS
 from memwal_core.services.merge.service import merge
 from memwal_core.services.snapshot.service import build_snapshot
 from memwal_core.services.status import status
@@ -101,9 +102,12 @@ def counted(
     return per_region(proxy, regions), result
 
 
+def width_config(uri: str) -> TableConfig:
+    return TableConfig(name="wide", uri=uri, storage_options_env="WIDTH_TEST_OPTIONS")
+
+
 def tick(uri: str, options: dict[str, str], instance: DagsterInstance, cursor: str | None) -> SensorResult:
-    config = TableConfig(name="wide", uri=uri, storage_options_env="WIDTH_TEST_OPTIONS")
-    definitions = build_definitions([config])
+    definitions = build_definitions([width_config(uri)])
     sensor = definitions.resolve_sensor_def(FLUSHED_SENSOR)
     with build_sensor_context(instance=instance, cursor=cursor, resources=definitions.resources) as context:
         result = sensor(context)
@@ -137,33 +141,66 @@ def test_requests_per_region_of_status_gc_merge(seaweed: Any, proxy: LatencyProx
     assert {r.region for r in again.regions} == set(regions)
 
 
-def test_a_merge_round_observes_the_regions_it_caught_up_with_one_head_each(
+def test_a_merge_round_observes_the_regions_it_caught_up_for_no_request(
     seaweed: Any, proxy: LatencyProxy
 ) -> None:
-    """What a merge run records of each region after its round (the UI's backlog view) is read from
-    what the round planned: a region it caught up costs one HEAD, not its manifest read again; one a
-    writer flushed to since is read again, and the answer is what a fresh read finds."""
+    """What a merge run records of each region after its round (the UI's backlog view) is what the
+    round planned and merged: a region it caught up costs no request (a flush since is the sensor's
+    to see, whose next read probes the region anyway); one with generations left is read again."""
     uri, regions = wide_table(seaweed.storage_options())
+    behind = regions[5]
+    put_region(uri, seaweed.storage_options(), behind, np.arange(9000, 9010, dtype=np.int64))
     options = proxy.storage_options(seaweed.storage_options())
     with MemWalTable.open(uri, StorageOptions(options)) as table:
-        merged = merge(table)
+        merged = merge(table, max_generations=1)
     assert not merged.failures and merged.generations_merged == REGIONS
     readings = merged.planned_readings()
     assert sorted(readings) == sorted(regions)
+    assert merged.merged_through() == dict.fromkeys(regions, 1)
 
-    requests, after = counted(
-        proxy, uri, options, regions, lambda t: backlog_after(t, merged.version_after, readings)
-    )
-    assert requests == 1, f"after a round: {requests} requests per region"
-    assert all(not r.pending and r.merged_generation == 1 for r in after.regions)
-
-    moved = regions[5]
-    put_region(uri, seaweed.storage_options(), moved, np.arange(9000, 9010, dtype=np.int64))
+    proxy.reset()
     with MemWalTable.open(uri, StorageOptions(options)) as table:
-        after = backlog_after(table, merged.version_after, readings)
-        truth = backlog(table)
-    assert after.regions == truth.regions
-    assert [r.pending for r in after.regions if r.region == moved] == [(2,)]
+        after = backlog_after(table, merged.version_after, readings, merged.merged_through())
+    caught_up = [r for r in regions if r != behind]
+    assert proxy.naming(caught_up) == 0, f"{proxy.naming(caught_up)} requests for the regions caught up"
+    # The region left behind: a HEAD of its next version, its manifest, and the HEAD dating generation 2.
+    assert proxy.naming([behind]) == 3, proxy.lines
+    with MemWalTable.open(uri, StorageOptions(options)) as table:
+        assert after.regions == backlog(table).regions
+    assert [r.pending for r in after.regions if r.region == behind] == [(2,)]
+
+
+def test_a_round_its_sensor_asked_for_reads_each_region_manifest_once(
+    seaweed: Any, proxy: LatencyProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round run moments after its sensor's tick, as Dagster runs it: each region's manifest is read
+    at the version the tick saw (one GET; no HEAD of the next version), and the run observes the
+    regions it caught up from what it merged (no HEAD after the round)."""
+    uri, regions = wide_table(seaweed.storage_options())
+    options = proxy.storage_options(seaweed.storage_options())
+    monkeypatch.setenv("WIDTH_TEST_OPTIONS", json.dumps(options))
+    instance = DagsterInstance.ephemeral()
+    found = tick(uri, options, instance, None)
+    for added in found.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(added.partitions_def_name, list(added.partition_keys or []))
+    (request,) = found.run_requests or []
+
+    proxy.reset()
+    run = (
+        build_definitions([width_config(uri)])
+        .resolve_job_def("wide_merge")
+        .execute_in_process(instance=instance, tags=request.tags, run_config=request.run_config)
+    )
+    assert run.success
+    manifests = [
+        line.split(" ", 1)[0]
+        for line in proxy.lines
+        if f"/{REGION_MANIFEST_DIR}/" in line and any(r in line for r in regions)
+    ]
+    assert manifests == ["GET"] * REGIONS, f"the round's region manifest requests: {sorted(manifests)}"
+    assert per_region(proxy, regions) <= MERGE_REQUESTS - 1
+    observed = [e.partition for e in run.get_asset_observation_events()]
+    assert sorted(p for p in observed if p) == sorted(regions)
 
 
 def test_a_stale_snapshot_costs_at_most_twice_a_fresh_one(seaweed: Any, proxy: LatencyProxy) -> None:
@@ -185,9 +222,11 @@ def test_a_merge_round_reads_each_region_from_the_version_its_sensor_saw(
 ) -> None:
     """Under a writer the region snapshot is minutes old: every flush and claim writes manifest
     versions after it, and a round reading from the snapshot paid the version hint and one more HEAD
-    per region. The sensor's round carries the version it just read of each pending region, and the
-    round starts there: a HEAD and the manifest, as with a fresh snapshot. A version that is no
-    longer right (too new: a table made again) still plans what is stored."""
+    per region. The sensor's round carries the version it just read of each pending region, and
+    when it saw them current: the round starts there, and reads each as it is (its manifest alone)
+    while that was moments ago, else verifies it (a HEAD and the manifest, as with a fresh
+    snapshot). A version that is no longer right (too new: a table made again) still plans what is
+    stored."""
     uri, regions = wide_table(seaweed.storage_options())
     options = proxy.storage_options(seaweed.storage_options())
     monkeypatch.setenv("WIDTH_TEST_OPTIONS", json.dumps(options))
@@ -195,21 +234,29 @@ def test_a_merge_round_reads_each_region_from_the_version_its_sensor_saw(
         build_snapshot(table)
         add_manifest_versions(table, 3)
         latest = {r: max(table.region_store(r).stored_versions()) for r in regions}
+    before = time.time()
     (request,) = tick(uri, options, DagsterInstance.ephemeral(), None).run_requests or []
-    assert request.run_config == {"ops": {"wide__base_table": {"config": {"manifest_versions": latest}}}}
+    config = request.run_config["ops"]["wide__base_table"]["config"]
+    assert config["manifest_versions"] == latest
+    polled_at = config["polled_at"]
+    assert before <= polled_at <= time.time()
 
     def planned(result: Any) -> dict[str, tuple[int, ...]]:
         return {p.region: tuple(g.generation for g in p.generations) for p in result.plan.regions}
 
+    def from_sensor(at: float | None) -> Any:
+        return lambda t: merge(t, dry_run=True, manifest_versions=latest, polled_at=at)
+
     stale, from_snapshot = counted(proxy, uri, options, regions, lambda t: merge(t, dry_run=True))
-    seen, from_sensor = counted(
-        proxy, uri, options, regions, lambda t: merge(t, dry_run=True, manifest_versions=latest)
+    verified, _ = counted(proxy, uri, options, regions, from_sensor(polled_at - 2 * POLLED_CURRENT_SECONDS))
+    seen, as_seen = counted(proxy, uri, options, regions, from_sensor(polled_at))
+    assert (stale, verified, seen) == (4, 2, 1), (
+        f"planning from the snapshot {stale}, from the sensor's versions {verified}, just seen {seen}"
     )
-    assert (stale, seen) == (4, 2), f"planning from the snapshot {stale}, from the sensor's versions {seen}"
-    assert planned(from_sensor) == planned(from_snapshot) == {r: (1,) for r in regions}
+    assert planned(as_seen) == planned(from_snapshot) == {r: (1,) for r in regions}
     wrong = {r: v + 100 for r, v in latest.items()}
     with MemWalTable.open(uri, StorageOptions(options)) as table:
-        merged = merge(table, manifest_versions=wrong)
+        merged = merge(table, manifest_versions=wrong, polled_at=time.time())
     assert not merged.failures and merged.generations_merged == REGIONS
 
 

@@ -9,10 +9,17 @@ Every generation carries its size (rows, bytes), which the round's memory
 budget is applied to: the sizes the region manifest records, or, where a
 writer recorded none (absent is unknown, not zero), the row count from the
 generation's own Lance manifest and the size of its data files.
+
+A round its poller asked for moments ago reads each region at the manifest version the poller saw,
+with no HEAD of the next one, so a flush since is left to the next round. That version may be older
+than the newest, which is safe: a version never changes once written, and later ones only add
+generations (GC prunes only merged ones), so the pending prefix it gives, from `merged + 1` as
+always, is a prefix of the newest one's: nothing is skipped, merged twice or taken back.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,6 +32,11 @@ from memwal_core.services.result import Failure, to_jsonable
 from memwal_core.services.snapshot.stored import newest_hints, regions_and_hints
 from memwal_core.storage.lance_datasets import open_dataset
 from memwal_core.storage.object_store import absolute_uri
+
+# A poller's manifest versions are planned as they are (no HEAD of the next version each) by a round that
+# plans within this many seconds of the poller's probes: a sensor's round starts a few seconds after its
+# tick, one held in the run queue for longer verifies them (see `plan_merge`).
+POLLED_CURRENT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -149,18 +161,32 @@ def region_plan(
     )
 
 
+def as_polled(
+    polled: Mapping[str, int], polled_at: float | None, snapshot: Mapping[str, int], now: float
+) -> set[str]:
+    """The regions whose `polled` version a round plans as it is: those at least as new as the
+    `snapshot`'s, if the poller saw them all current at `polled_at`, at most POLLED_CURRENT_SECONDS
+    before `now`."""
+    if polled_at is None or not 0 <= now - polled_at <= POLLED_CURRENT_SECONDS:
+        return set()
+    return {r for r, v in polled.items() if v >= snapshot.get(r, 0)}
+
+
 def plan_merge(
     table: MemWalTable,
     *,
     regions: Iterable[str] | None = None,
     max_generations: int | None = None,
     manifest_versions: Mapping[str, int] | None = None,
+    polled_at: float | None = None,
 ) -> MergePlan:
     """Plan the merge of every pending generation (or of the named regions only).
 
     `manifest_versions`: per region, a manifest version a poller read just before (newer than the
     region snapshot's under a writer): each region is read from the newer of the two, verified with
-    one HEAD of the next version, so a region its poller saw current costs that HEAD and its read.
+    one HEAD of the next version. `polled_at`: when the poller last saw every one of them to be its
+    region's newest; a round planned within POLLED_CURRENT_SECONDS of it reads them as they are,
+    with no HEAD (`as_polled`), and merges what its poller saw: a flush since waits for the next round.
     """
     if max_generations is not None and max_generations < 1:
         raise BadInputError(f"--max-generations must be at least 1, not {max_generations}")
@@ -169,8 +195,10 @@ def plan_merge(
     primary_key = details.primary_key
     if not primary_key:
         raise CorruptMetadataError(f"table {table.uri} has no primary key; merges need one")
-    ids, hints = regions_and_hints(table, details)
-    hints = newest_hints(hints, manifest_versions or {})
+    ids, snapshot = regions_and_hints(table, details)
+    polled = manifest_versions or {}
+    current = as_polled(polled, polled_at, snapshot, time.time())
+    hints = newest_hints(snapshot, polled)
     if regions is not None:
         known = set(ids)
         ids = sorted(set(regions))
@@ -183,7 +211,7 @@ def plan_merge(
     def plan_one(region: str) -> RegionMergePlan | MemwalError | None:
         """One region's plan; a region that cannot be read or planned fails alone."""
         try:
-            manifest = table.read_region(region, hints.get(region))
+            manifest = table.read_region(region, hints.get(region), current=region in current)
             if manifest is None:
                 return None
             return region_plan(table, manifest, details.merged_generation(region), max_generations)

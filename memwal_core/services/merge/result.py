@@ -89,6 +89,13 @@ class MergeResult(ServiceResult):
     def generations_merged(self) -> int:
         return sum(len(r.merged_generations) for r in self.regions)
 
+    def merged_through(self) -> dict[str, int]:
+        """The generation the round merged each region it merged to (its last batch's target)."""
+        through: dict[str, int] = {}
+        for r in self.regions:
+            through[r.region] = max(through.get(r.region, 0), r.merged_generations[-1])
+        return through
+
     def planned_readings(self) -> dict[str, tuple[int, RegionBacklog]]:
         """Each merged region's manifest version and backlog as the round planned them: what
         `backlog_after` needs to observe the regions after the round without reading them again."""

@@ -74,6 +74,7 @@ def merge(
     progress: Progress | None = None,
     max_seconds: Seconds | None = None,
     manifest_versions: Mapping[str, int] | None = None,
+    polled_at: float | None = None,
 ) -> MergeResult:
     """Merge pending generations of every region (or the named ones) in one round of batches.
 
@@ -83,7 +84,8 @@ def merge(
     `engine` runs the collapse (default: `LocalEngine()`, threads of this process); it chooses by the
     round's backlog (`Engine.for_round`), so `SparkWhereItPays` keeps a small round in this process;
     `manifest_versions`: per region, a manifest version a poller just read (where reading the
-    region starts: `plan_merge`); `max_seconds` ends the round after the batch that outlasts it (the regions not
+    region starts: `plan_merge`), and `polled_at`, when it saw them current (moments ago: they are
+    read as they are); `max_seconds` ends the round after the batch that outlasts it (the regions not
     reached are `deferred_regions`, left for the next round), so an orchestrator can
     bound how long a healthy round runs.
 
@@ -104,7 +106,11 @@ def merge(
     check = (lambda: None) if dry_run else partial(check_details_lease, table.store, ttl=lease_ttl)
     with side_call(check) as details_lease:
         plan = plan_merge(
-            table, regions=regions, max_generations=max_generations, manifest_versions=manifest_versions
+            table,
+            regions=regions,
+            max_generations=max_generations,
+            manifest_versions=manifest_versions,
+            polled_at=polled_at,
         )
     engine, engine_reason = engine.for_round(
         sum(p.rows for p in plan.regions), sum(p.bytes for p in plan.regions)
