@@ -161,6 +161,32 @@ def test_known_version_removed_by_gc_costs_no_listing(regions: RegionManifestSto
         assert regions.store.stats.total() <= 5
 
 
+def test_a_poller_that_saw_the_next_version_takes_the_hint_as_the_newest(
+    regions: RegionManifestStore,
+) -> None:
+    """After its own HEAD found version `known + 1`, a poller reads the hint and the manifest it names
+    (no HEAD past it). A hint lagging the newest gives an older version, and the poller's next probe
+    (a HEAD past what it read) finds the rest; a hint behind what the poller saw is probed past."""
+    write_versions(regions, 9)
+    regions.write_hint(8)
+    regions.store.stats.reset()
+    assert regions.read_latest(known=5, moved=True).version == 8
+    assert regions.store.stats.snapshot() == {"get": 2}
+    assert regions.store.exists(regions.next_path(8))
+    assert regions.read_latest(known=8, moved=True).version == 9
+    regions.write_hint(9)
+    regions.store.stats.reset()
+    assert regions.read_latest(known=8, moved=True).version == 9
+    assert regions.store.stats.snapshot() == {"get": 2}
+
+
+def test_a_poller_never_takes_a_hint_naming_a_missing_version(regions: RegionManifestStore) -> None:
+    write_versions(regions, 50)
+    regions.write_hint(80)
+    with pytest.raises(CorruptMetadataError, match="names manifest version 80, but the newest stored is 50"):
+        regions.read_latest(known=3, moved=True)
+
+
 def test_hint_naming_a_missing_version_falls_back_to_the_known_one(regions: RegionManifestStore) -> None:
     """A hint past the newest version (the newest manifest deleted) is refused, as without a known one."""
     write_versions(regions, 50)
