@@ -11,6 +11,7 @@ faults.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,18 +21,37 @@ import pytest
 
 from tests.support.paths import PROJECT_ROOT
 
+# How long a soak may run before the test stops it (the tests' own timeout is 300 s).
+SOAK_SECONDS = 270.0
+
 
 def run_soak(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    """Run the soak with `args`; its process and its JSON summary (the test fails if there is none)."""
+    """Run the soak with `args`; its process and its JSON summary (the test fails if there is none).
+
+    Its output goes to a file, so a soak stopped at SOAK_SECONDS still shows how far it got; it is
+    stopped with SIGINT, so its teardown stops its children (each in a session of its own) and its
+    servers, which a SIGKILL would leave running.
+    """
     summary_path = tmp_path / "summary.json"
-    run = subprocess.run(
-        [sys.executable, str(PROJECT_ROOT / "bench" / "soak.py"), *args, "--json", str(summary_path)],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
-    assert summary_path.exists(), f"soak crashed:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
+    log_path = tmp_path / "soak.log"
+    command = [sys.executable, str(PROJECT_ROOT / "bench" / "soak.py"), *args, "--json", str(summary_path)]
+    with log_path.open("w") as log:
+        process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+        try:
+            process.wait(SOAK_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(25)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            pytest.fail(
+                f"the soak ran past {SOAK_SECONDS:g} s; its output ends:\n{log_path.read_text()[-6000:]}"
+            )
+    output = log_path.read_text()
+    run = subprocess.CompletedProcess(command, process.returncode, stdout=output, stderr="")
+    assert summary_path.exists(), f"soak crashed:\n{output[-9000:]}"
     summary: dict[str, Any] = json.loads(summary_path.read_text())
     return run, summary
 
