@@ -165,8 +165,9 @@ class ConnectServer:
             "SPARK_IDENT_STRING": _IDENT,
             "SPARK_LOCAL_IP": LOOPBACK,
             # glibc's malloc gives threads arenas of their own, up to 8 a core, and Spark's query pools
-            # start and retire threads by the hundred: 800 short queries left the server's resident
-            # memory 48 MiB past what the JVM had committed (Native Memory Tracking), 32 with two arenas.
+            # start and retire threads by the hundred: 800 short queries grew the server's resident
+            # memory 49 MiB more than the JVM's committed memory grew (Native Memory Tracking), 32
+            # with two arenas.
             "MALLOC_ARENA_MAX": MALLOC_ARENAS,
             "PYSPARK_PYTHON": sys.executable,
             # Workers import memwal (its daemon first) from where this process does, installed or not.
